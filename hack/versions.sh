@@ -1,0 +1,9 @@
+# Pinned versions of the Go binaries and where they are cached (sourced by hack/ scripts).
+# The k8s version must match the require line in hack/k8s/go.mod.
+export K8S_VERSION=v1.34.4
+export KWOK_VERSION=v0.7.0
+export MPI_OPERATOR_VERSION=v0.7.0
+# kubetest2 is unversioned: a pseudo-version served by the Go module proxy.
+export KUBETEST2_VERSION=v0.0.0-20240309080311-0d7ca9ccb41e
+export KT2T_CACHE=${KT2T_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetest2-training}
+export KT2T_BIN=$KT2T_CACHE/bin
