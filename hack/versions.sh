@@ -1,6 +1,8 @@
 # Pinned versions of the Go binaries and where they are cached (sourced by hack/ scripts).
-# The k8s version must match the require line in hack/k8s/go.mod.
+# The k8s version must match the require line in hack/go/kubernetes/go.mod.
 export K8S_VERSION=v1.34.4
+# etcd is built from the kubernetes module: keep this equal to its go.mod's etcd/server/v3.
+export ETCD_VERSION=v3.6.4
 export KWOK_VERSION=v0.7.0
 export MPI_OPERATOR_VERSION=v0.7.0
 # kubetest2 is unversioned: a pseudo-version served by the Go module proxy.

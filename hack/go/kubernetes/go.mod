@@ -1,7 +1,7 @@
 // Builds the Kubernetes control-plane binaries (and etcd) from the Go module proxy.
 // k8s.io/kubernetes replaces its staging modules with ./staging paths, so it cannot be
 // go-installed; this module requires it and points every staging module at its v0.X.Y release.
-module kubetest2-training/hack/k8s
+module kubetest2-training/hack/go/kubernetes
 
 go 1.24.0
 

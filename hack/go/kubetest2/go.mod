@@ -1,7 +1,7 @@
 // Builds kubetest2 with its noop deployer and exec tester at a pinned pseudo-version.
 // A module (rather than `go install pkg@version`) because the proxy lists no versions of
 // kubetest2, and `go install` fails looking up the module's deprecation in that list.
-module kubetest2-training/hack/kubetest2
+module kubetest2-training/hack/go/kubetest2
 
 go 1.24.0
 
