@@ -1,0 +1,263 @@
+"""nanoGPT-style GPT training with DDP, gradient accumulation, checkpoints and elastic resume.
+
+Trains a char-level GPT on a small Shakespeare text shipped in the package (nothing is downloaded)
+and prints nanoGPT's `iter N: loss X, time Yms, mfu Z%` lines on rank 0.
+Run: torchrun --nproc_per_node=N -m workloads.nanogpt --size tiny --checkpoint-dir /ckpt
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from workloads import checkpoint, hardware
+from workloads.distributed import Session, add_device_argument, distributed_session, run_main
+from workloads.gpt import GPT, GPTConfig
+from workloads.report import emit_metrics, params_checksum, say
+
+# tiny-shakespeare's 65 symbols: a fixed vocabulary, so the first loss is ln(65) = 4.17 whatever
+# text is used, and char ids are the same as in nanoGPT's shakespeare_char.
+CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+TEXT_RESOURCE = "shakespeare.txt"
+MFU_WARMUP_ITERS = 5  # nanoGPT's: the first iterations carry compile and allocator warm-up
+
+
+@dataclass(frozen=True)
+class GPTSize:
+    model: GPTConfig
+    batch_size: int
+    grad_accum: int
+    max_iters: int
+    lr: float
+    warmup_iters: int
+
+
+SIZES: dict[str, GPTSize] = {
+    "tiny": GPTSize(GPTConfig(2, 2, 64, 64, len(CHARS)), 8, 2, 60, 3e-3, 5),
+    # The bench configuration (nanoGPT train.py at n_layer 4, n_head 4, n_embd 256, block 256).
+    "small": GPTSize(GPTConfig(4, 4, 256, 256, len(CHARS)), 8, 1, 200, 1e-3, 20),
+    # GPT-2 124M as nanoGPT trains it (vocab padded to 50304 for tensor-core friendly shapes);
+    # the text's 65 chars use the first ids, so the first loss is ln(50304) and falls fast.
+    "gpt2": GPTSize(GPTConfig(12, 12, 768, 1024, 50304), 12, 5, 50, 6e-4, 10),
+}
+
+
+def load_tokens() -> torch.Tensor:
+    text = resources.files("workloads").joinpath(TEXT_RESOURCE).read_text(encoding="utf-8")
+    index = {c: i for i, c in enumerate(CHARS)}
+    return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+
+def get_batch(
+    data: torch.Tensor, block_size: int, batch_size: int, seed: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of the text; the seed encodes (iteration, rank, micro-step) so that a resumed
+    run sees exactly the batches the interrupted one would have seen."""
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)
+    x = torch.stack([data[s : s + block_size] for s in starts.tolist()])
+    y = torch.stack([data[s + 1 : s + 1 + block_size] for s in starts.tolist()])
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x, y
+
+
+def lr_at(it: int, args: argparse.Namespace) -> float:
+    """nanoGPT's schedule: linear warm-up, cosine decay to lr/10 at max_iters."""
+    min_lr = args.lr / 10
+    if it < args.warmup_iters:
+        return args.lr * (it + 1) / (args.warmup_iters + 1)
+    ratio = (it - args.warmup_iters) / max(1, args.max_iters - args.warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(ratio, 1.0))) * (args.lr - min_lr)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workloads.nanogpt", description=__doc__)
+    parser.add_argument("--size", choices=list(SIZES), default="small")
+    parser.add_argument("--n-layer", type=int)
+    parser.add_argument("--n-head", type=int)
+    parser.add_argument("--n-embd", type=int)
+    parser.add_argument("--block-size", type=int)
+    parser.add_argument("--vocab-size", type=int, help=f"at least {len(CHARS)} (the text's symbols)")
+    parser.add_argument("--batch-size", type=int, help="micro-batch per rank")
+    parser.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step, per rank")
+    parser.add_argument(
+        "--max-iters", type=int, help="optimizer steps in total (a resumed run stops there too)"
+    )
+    parser.add_argument("--lr", type=float, help="peak learning rate")
+    parser.add_argument("--warmup-iters", type=int)
+    parser.add_argument("--weight-decay", type=float, default=0.1)
+    parser.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (pays off on GPU)")
+    parser.add_argument("--log-interval", type=int, default=1)
+    parser.add_argument("--checkpoint-dir", type=Path, help="save here and resume from the latest checkpoint")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: never)"
+    )
+    parser.add_argument(
+        "--fail-at-step",
+        type=int,
+        help="fault injection: --fail-rank exits non-zero before this step, on the first attempt only "
+        "(TORCHELASTIC_RESTART_COUNT=0), to exercise elastic recovery",
+    )
+    parser.add_argument("--fail-rank", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1337)
+    add_device_argument(parser)
+    args = parser.parse_args(argv)
+
+    size = SIZES[args.size]
+    overrides = {
+        "n_layer": args.n_layer,
+        "n_head": args.n_head,
+        "n_embd": args.n_embd,
+        "block_size": args.block_size,
+        "vocab_size": args.vocab_size,
+    }
+    model = asdict(size.model) | {k: v for k, v in overrides.items() if v is not None}
+    if model["vocab_size"] < len(CHARS):
+        parser.error(f"--vocab-size must be at least {len(CHARS)}")
+    args.model = GPTConfig(**model)
+    for name in ("batch_size", "grad_accum", "max_iters", "lr", "warmup_iters"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(size, name))
+    if args.checkpoint_every and args.checkpoint_dir is None:
+        parser.error("--checkpoint-every needs --checkpoint-dir")
+    return args
+
+
+def maybe_inject_failure(args: argparse.Namespace, session: Session, step: int) -> None:
+    if args.fail_at_step != step or session.env.rank != args.fail_rank or session.env.restart_count != 0:
+        return
+    print(
+        f"rank {session.env.rank}: injected failure before step {step} (--fail-at-step, first attempt only)",
+        file=sys.stderr,
+        flush=True,
+    )
+    # _exit: a crash does not run cleanup; the peers learn of it from the launcher, as in real life.
+    os._exit(17)
+
+
+def train(args: argparse.Namespace, session: Session) -> None:
+    device, rank = session.device, session.env.rank
+    precision = hardware.resolve_precision(args.precision, device)
+    hardware.allow_tf32(device)
+    torch.manual_seed(args.seed)
+    data = load_tokens()
+    if len(data) <= args.model.block_size + 1:
+        raise ValueError(f"block_size {args.model.block_size} is longer than the text ({len(data)} chars)")
+
+    model = GPT(args.model).to(device)
+    optimizer = hardware.adamw(
+        model.optimizer_groups(args.weight_decay), device, lr=args.lr, betas=(0.9, 0.95)
+    )
+    step = 0
+    resumed_from: int | None = None
+    if args.checkpoint_dir is not None:
+        state = checkpoint.load_latest_everywhere(args.checkpoint_dir, session.is_main)
+        if state is not None:
+            if state["model_config"] != asdict(args.model):
+                raise ValueError(
+                    f"checkpoint in {args.checkpoint_dir} is for another model: {state['model_config']}"
+                )
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            step = resumed_from = int(state["step"])
+            if session.is_main:
+                say(f"resumed from step {resumed_from}")
+
+    # Compile the bare model, then wrap: DDP hooks stay outside the graph (nanoGPT's order).
+    compiled = torch.compile(model) if args.compile else model
+    ddp = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
+    peak = hardware.device_peak_flops(device)
+    tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
+    flops_per_iter = model.flops_per_token() * tokens_per_iter
+
+    losses: list[float] = []
+    iter_times: list[float] = []
+    running_mfu: float | None = None
+    while step < args.max_iters:
+        maybe_inject_failure(args, session, step)
+        t0 = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, args)
+        for micro in range(args.grad_accum):
+            # All-reduce gradients only on the last micro-step; earlier ones just accumulate.
+            ddp.require_backward_grad_sync = micro == args.grad_accum - 1
+            seed = ((args.seed * 1_000_003 + step) * 4099 + rank) * 257 + micro
+            x, y = get_batch(data, args.model.block_size, args.batch_size, seed, device)
+            with hardware.autocast(device, precision):
+                loss = ddp(x, y) / args.grad_accum
+            loss.backward()
+        if args.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        lossf = loss.item() * args.grad_accum  # .item() waits for the GPU: dt below is real
+        dt = time.perf_counter() - t0
+        losses.append(lossf)
+        iter_times.append(dt)
+
+        mfu = flops_per_iter / dt / peak if peak else None
+        if mfu is not None and len(iter_times) > MFU_WARMUP_ITERS:
+            running_mfu = mfu if running_mfu is None else 0.9 * running_mfu + 0.1 * mfu
+        shown = running_mfu if running_mfu is not None else mfu
+        if session.is_main and step % args.log_interval == 0:
+            mfu_text = "n/a" if shown is None else f"{shown * 100:.2f}%"
+            say(f"iter {step}: loss {lossf:.4f}, time {dt * 1000:.2f}ms, mfu {mfu_text}")
+        step += 1
+        if args.checkpoint_every and step % args.checkpoint_every == 0 and session.is_main:
+            checkpoint.save(
+                args.checkpoint_dir,
+                step,
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "model_config": asdict(args.model),
+                },
+            )
+
+    # Steady state: leave out nanoGPT's warm-up iterations when there are enough to spare.
+    timed = iter_times[MFU_WARMUP_ITERS:] if len(iter_times) > 2 * MFU_WARMUP_ITERS else iter_times
+    sec_per_iter = sum(timed) / len(timed) if timed else float("nan")
+    emit_metrics(
+        "nanogpt",
+        session,
+        {
+            "size": args.size,
+            "precision": precision,
+            "compiled": args.compile,
+            "tokens_per_s": tokens_per_iter / sec_per_iter,
+            "ms_per_iter": sec_per_iter * 1000,
+            "mfu": flops_per_iter / sec_per_iter / peak if peak else None,
+            "peak_flops": peak,
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+            "loss_expected_first": math.log(args.model.vocab_size),
+            "resumed_from_step": resumed_from,
+            "iterations": len(losses),
+            "final_step": step,
+            "params_checksum": params_checksum(model.parameters()),
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with distributed_session(args.device) as session:
+        train(args, session)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main("workloads.nanogpt", main)
