@@ -36,9 +36,47 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION
 build_tool kubetest2 "$KUBETEST2_VERSION" "-s -w" sigs.k8s.io/kubetest2 \
   sigs.k8s.io/kubetest2/kubetest2-noop sigs.k8s.io/kubetest2/kubetest2-tester-exec
 build_tool kwok "$KWOK_VERSION" "-s -w" sigs.k8s.io/kwok/cmd/kwok
-build_tool mpi-operator "$MPI_OPERATOR_VERSION" "-s -w" github.com/kubeflow/mpi-operator/cmd/mpi-operator
-build_tool kubernetes "$K8S_VERSION" "${k8s_ldflags//$'\n'/ }" k8s.io/kubernetes/cmd/kube-apiserver \
-  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+# mpi-operator serves its leader-election health check on ":8080", every interface, fixed port.
+# Build it from a patched copy of its two main-package files that listens on
+# $MPI_OPERATOR_HEALTH_ADDRESS (default 127.0.0.1:8080), so every listener of the local cluster
+# stays on loopback. Go refuses overlays of files in the module cache, so the copies become virtual
+# files of our own module (package .../loopback) through `go build -overlay`; the rest of
+# mpi-operator is compiled unchanged from the pinned module. The cache key says "loopback" so an
+# unpatched build is never taken for this one.
+MPI_OPERATOR_BUILD=$MPI_OPERATOR_VERSION-loopback
+mpi_dest="$KT2T_CACHE/mpi-operator@$MPI_OPERATOR_BUILD"
+if [[ -x "$mpi_dest/mpi-operator" ]]; then
+  log "mpi-operator@$MPI_OPERATOR_BUILD cached in $mpi_dest"
+else
+  log "building mpi-operator@$MPI_OPERATOR_BUILD ..."
+  t0=$SECONDS
+  mod_dir="$here/go/mpi-operator"
+  upstream=$(cd "$mod_dir" && go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)/cmd/mpi-operator
+  patched=$(mktemp -d)
+  health_line='Addr:    fmt.Sprintf(":%d", healthCheckPort),'
+  grep -qF "$health_line" "$upstream/app/server.go" || { log "mpi-operator: no '$health_line' in $upstream/app/server.go"; exit 1; }
+  sed "s|$health_line|Addr:    loopbackHealthCheckAddress(),|" "$upstream/app/server.go" >"$patched/server.go"
+  cat >>"$patched/server.go" <<'GO'
+
+// loopbackHealthCheckAddress is patched in by kubetest2-training's hack/build-binaries.sh.
+func loopbackHealthCheckAddress() string {
+	if address := os.Getenv("MPI_OPERATOR_HEALTH_ADDRESS"); address != "" {
+		return address
+	}
+	return fmt.Sprintf("127.0.0.1:%d", healthCheckPort)
+}
+GO
+  sed 's|"github.com/kubeflow/mpi-operator/cmd/mpi-operator/app"|"kubetest2-training/hack/go/mpi-operator/loopback/app"|' \
+    "$upstream/main.go" >"$patched/main.go"
+  printf '{"Replace": {"%s": "%s", "%s": "%s"}}\n' \
+    "$mod_dir/loopback/main.go" "$patched/main.go" "$mod_dir/loopback/app/server.go" "$patched/server.go" \
+    >"$patched/overlay.json"
+  rm -rf "$mpi_dest.partial" && mkdir -p "$mpi_dest.partial"
+  (cd "$mod_dir" && go build -overlay="$patched/overlay.json" -ldflags "-s -w" \
+    -o "$mpi_dest.partial/mpi-operator" ./loopback)
+  rm -rf "$patched" "$mpi_dest" && mv "$mpi_dest.partial" "$mpi_dest"
+  log "built mpi-operator@$MPI_OPERATOR_BUILD in $((SECONDS - t0))s"
+fi
 
 # etcd: the server's main package, built in the kubernetes module so it is the version that
 # kubernetes pins ($ETCD_VERSION must match hack/go/kubernetes/go.mod).
@@ -47,15 +85,17 @@ if [[ -x "$etcd_dest/etcd" ]]; then
   log "etcd@$ETCD_VERSION cached in $etcd_dest"
 else
   log "building etcd@$ETCD_VERSION ..."
-  mkdir -p "$etcd_dest.partial"
+  t0=$SECONDS
+  rm -rf "$etcd_dest.partial" && mkdir -p "$etcd_dest.partial"
   (cd "$here/go/kubernetes" && go build -ldflags "-s -w" -o "$etcd_dest.partial/etcd" go.etcd.io/etcd/server/v3)
   rm -rf "$etcd_dest" && mv "$etcd_dest.partial" "$etcd_dest"
+  log "built etcd@$ETCD_VERSION in $((SECONDS - t0))s"
 fi
 
 # One folder with links to every binary, for PATH.
 mkdir -p "$KT2T_BIN"
 for dir in "$KT2T_CACHE/kubetest2@$KUBETEST2_VERSION" "$KT2T_CACHE/kwok@$KWOK_VERSION" \
-           "$KT2T_CACHE/mpi-operator@$MPI_OPERATOR_VERSION" "$KT2T_CACHE/kubernetes@$K8S_VERSION" \
+           "$mpi_dest" "$KT2T_CACHE/kubernetes@$K8S_VERSION" \
            "$etcd_dest"; do
   for bin in "$dir"/*; do ln -sfn "$bin" "$KT2T_BIN/$(basename "$bin")"; done
 done
