@@ -1,0 +1,357 @@
+"""Cluster operations on the kubernetes client: apply, get, list, watch, delete, namespaces.
+
+Objects are plain dicts (JSON as the API server sends it): the client's typed models cost more
+to deserialize than everything else the harness does, and dicts serve custom resources too.
+Requests go through `ApiClient.call_api`, so authentication and TLS come from the kubeconfig.
+Transient failures (connection errors, 429, 5xx) are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from harness.errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "kubetest2-training"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kubetest2-training"
+RUN_ID_LABEL = "kubetest2-training/run-id"
+TEST_LABEL = "kubetest2-training/test"
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# Long enough to ride out an API server restart (issue: "the wait resumes").
+RETRY_BUDGET_SECONDS = 90.0
+CONNECT_TIMEOUT = 5.0
+REQUEST_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    def collection_path(self, namespace: str | None) -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced:
+            if namespace is None:
+                return f"{prefix}/{self.plural}"  # across all namespaces
+            return f"{prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{prefix}/{self.plural}"
+
+    def object_path(self, name: str, namespace: str | None) -> str:
+        return f"{self.collection_path(namespace)}/{name}"
+
+
+# The kinds the suites use; anything else is looked up through API discovery.
+KNOWN_RESOURCES = {
+    (r.api_version, r.kind): r
+    for r in (
+        Resource("v1", "Namespace", "namespaces", False),
+        Resource("v1", "Node", "nodes", False),
+        Resource("v1", "Pod", "pods", True),
+        Resource("v1", "Service", "services", True),
+        Resource("v1", "ConfigMap", "configmaps", True),
+        Resource("v1", "Secret", "secrets", True),
+        Resource("v1", "ServiceAccount", "serviceaccounts", True),
+        Resource("v1", "Event", "events", True),
+        Resource("batch/v1", "Job", "jobs", True),
+        Resource("apps/v1", "DaemonSet", "daemonsets", True),
+        Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs", True),
+        Resource("rbac.authorization.k8s.io/v1", "Role", "roles", True),
+        Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
+        Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
+        Resource("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
+    )
+}
+POD = KNOWN_RESOURCES[("v1", "Pod")]
+NODE = KNOWN_RESOURCES[("v1", "Node")]
+JOB = KNOWN_RESOURCES[("batch/v1", "Job")]
+NAMESPACE = KNOWN_RESOURCES[("v1", "Namespace")]
+EVENT = KNOWN_RESOURCES[("v1", "Event")]
+MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors that retrying can fix: overload, server errors, dropped or refused connections."""
+    if isinstance(exc, ApiException):
+        return exc.status in RETRIABLE_STATUS or exc.status == 0
+    return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
+
+
+def describe_api_error(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        try:
+            message = json.loads(exc.body or "{}").get("message") or exc.reason
+        except (ValueError, AttributeError):
+            message = exc.reason
+        return f"HTTP {exc.status}: {message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Cluster:
+    """One API server, reached with a kubeconfig."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, retry_budget: float = RETRY_BUDGET_SECONDS,
+                 cancelled: threading.Event | None = None) -> None:
+        self.api = api_client
+        self.retry_budget = retry_budget
+        # Set when the run is cancelled: retries stop waiting at once.
+        self.cancelled = cancelled or threading.Event()
+        self._discovered: dict[tuple[str, str], Resource] = {}
+        self.request_count = 0
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None, cancelled: threading.Event | None = None,
+                retry_budget: float = RETRY_BUDGET_SECONDS) -> Cluster:
+        """Load the kubeconfig; a missing or invalid one is a ClusterError naming it."""
+        try:
+            api_client = k8s_config.new_client_from_config(config_file=kubeconfig)
+        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+            raise ClusterError(f"load kubeconfig {kubeconfig or '~/.kube/config'}: {exc}") from None
+        # Enough connections for parallel log capture of large jobs.
+        api_client.configuration.connection_pool_maxsize = 64
+        api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 64
+        return cls(api_client, retry_budget, cancelled)
+
+    # -- raw requests ----------------------------------------------------------------------------
+
+    def _retrying(self, operation: str, call: Callable[[], T], budget: float | None = None) -> T:
+        deadline = time.monotonic() + (self.retry_budget if budget is None else budget)
+        delay = 0.2
+        while True:
+            try:
+                self.request_count += 1
+                return call()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if time.monotonic() + delay > deadline or self.cancelled.is_set():
+                    raise ClusterError(f"{operation}: API server unavailable: "
+                                       f"{describe_api_error(exc)}") from None
+                log.info("%s: transient error, retrying in %.1fs: %s", operation, delay,
+                         describe_api_error(exc))
+                self.cancelled.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def request(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+                body: Any = None, content_type: str = "application/json",
+                operation: str | None = None, budget: float | None = None) -> Obj:
+        """One API call returning the decoded JSON body; 4xx errors raise ApiException."""
+
+        def call() -> Obj:
+            response = self.api.call_api(
+                path, method, query_params=list((query or {}).items()),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=json.dumps(body) if body is not None and not isinstance(body, str) else body,
+                auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT, REQUEST_TIMEOUT),
+            )
+            raw = response[0].data if isinstance(response, tuple) else response.data
+            return json.loads(raw) if raw else {}
+
+        return self._retrying(operation or f"{method} {path}", call, budget)
+
+    def open_stream(self, path: str, query: dict[str, Any], read_timeout: float | None = None,
+                    operation: str | None = None) -> urllib3.response.HTTPResponse:
+        """Open a streaming GET (watch, log follow); the caller reads and closes it."""
+
+        def call() -> urllib3.response.HTTPResponse:
+            response = self.api.call_api(
+                path, "GET", query_params=list(query.items()),
+                header_params={"Accept": "application/json, */*"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=(CONNECT_TIMEOUT, read_timeout),
+            )
+            return response[0] if isinstance(response, tuple) else response
+
+        return self._retrying(operation or f"stream {path}", call)
+
+    # -- resources -------------------------------------------------------------------------------
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        key = (api_version, kind)
+        if key in KNOWN_RESOURCES:
+            return KNOWN_RESOURCES[key]
+        if key not in self._discovered:
+            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            try:
+                listing = self.request("GET", path, operation=f"discover {api_version}")
+            except ApiException as exc:
+                raise ClusterError(f"discover {kind} ({api_version}): the cluster does not serve "
+                                   f"this API ({describe_api_error(exc)})") from None
+            for entry in listing.get("resources", []):
+                if "/" not in entry["name"]:
+                    self._discovered[(api_version, entry["kind"])] = Resource(
+                        api_version, entry["kind"], entry["name"], entry["namespaced"])
+            if key not in self._discovered:
+                raise ClusterError(f"discover {kind}: {api_version} has no kind {kind}")
+        return self._discovered[key]
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the cluster has the API (e.g. the MPIJob CRD)."""
+        try:
+            path = f"/apis/{api_version}"
+            listing = self.request("GET", path, operation=f"discover {api_version}")
+        except ApiException:
+            return False
+        return any(entry.get("kind") == kind for entry in listing.get("resources", []))
+
+    def apply(self, obj: Obj, dry_run: bool = False) -> Obj:
+        """Server-side apply of any object, custom resources included."""
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        query: dict[str, Any] = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        if dry_run:
+            query["dryRun"] = "All"
+        operation = f"apply {obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
+        try:
+            return self.request("PATCH", resource.object_path(meta["name"], meta.get("namespace")),
+                                query=query, body=obj, content_type="application/apply-patch+yaml",
+                                operation=operation)
+        except ApiException as exc:
+            raise ClusterError(f"{operation}: {describe_api_error(exc)}") from None
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        try:
+            return self.request("GET", resource.object_path(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ClusterError(f"get {resource.kind} {name}: {describe_api_error(exc)}") from None
+
+    def list(self, resource: Resource, namespace: str | None = None,
+             label_selector: str | None = None, field_selector: str | None = None) -> Obj:
+        """The list object (items + metadata.resourceVersion, for a watch to start from)."""
+        query = {k: v for k, v in (("labelSelector", label_selector),
+                                   ("fieldSelector", field_selector)) if v}
+        try:
+            return self.request("GET", resource.collection_path(namespace), query=query)
+        except ApiException as exc:
+            raise ClusterError(f"list {resource.plural} in {namespace or 'the cluster'}: "
+                               f"{describe_api_error(exc)}") from None
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
+        """Delete (dependents in the background); False when it was already gone."""
+        try:
+            self.request("DELETE", resource.object_path(name, namespace),
+                         body={"propagationPolicy": "Background", "gracePeriodSeconds": 5})
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise ClusterError(f"delete {resource.kind} {name}: {describe_api_error(exc)}") from None
+        return True
+
+    def watch(self, resource: Resource, namespace: str | None, resource_version: str,
+              label_selector: str | None = None, field_selector: str | None = None,
+              timeout_seconds: int = 300) -> WatchStream:
+        """Open a watch from resource_version; iterate it for (type, object) events.
+
+        The server ends it after timeout_seconds; iteration raises WatchExpired on 410 Gone so the
+        caller re-lists. close() (from any thread) ends a blocked iteration at once.
+        """
+        query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
+                                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        response = self.open_stream(resource.collection_path(namespace), query,
+                                    read_timeout=timeout_seconds + 30,
+                                    operation=f"watch {resource.plural}")
+        return WatchStream(response, resource)
+
+    # -- namespaces ------------------------------------------------------------------------------
+
+    def ensure_namespace(self, name: str, labels: dict[str, str]) -> None:
+        self.apply({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "labels": labels}})
+
+    def wait_deleted(self, resource: Resource, name: str, namespace: str | None,
+                     timeout: float) -> bool:
+        """Wait (watching) until an object is gone; False if it is still there at the timeout."""
+        deadline = time.monotonic() + timeout
+        selector = f"metadata.name={name}"
+        while time.monotonic() < deadline and not self.cancelled.is_set():
+            listing = self.list(resource, namespace, field_selector=selector)
+            if not listing.get("items"):
+                return True
+            remaining = max(1, int(deadline - time.monotonic()))
+            stream = self.watch(resource, namespace, listing["metadata"]["resourceVersion"],
+                                field_selector=selector, timeout_seconds=min(remaining, 60))
+            try:
+                if any(kind == "DELETED" for kind, _ in stream):
+                    return True
+            except WatchExpired:
+                continue
+            finally:
+                stream.close()
+        return self.get(resource, name, namespace) is None
+
+
+class WatchExpired(Exception):
+    """410 Gone: the watch's resourceVersion is too old; re-list and watch again."""
+
+
+class WatchStream:
+    """An open watch: iterate for (type, object) events; close() from any thread stops it."""
+
+    def __init__(self, response: urllib3.response.HTTPResponse, resource: Resource) -> None:
+        self._response = response
+        self._resource = resource
+        self._closed = False
+
+    def __iter__(self) -> Iterator[tuple[str, Obj]]:
+        try:
+            for line in _lines(self._response):
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object", {})
+                    if status.get("code") == 410:
+                        raise WatchExpired(status.get("message", "watch expired"))
+                    raise ClusterError(f"watch {self._resource.plural}: {status.get('message')}")
+                yield event["type"], event["object"]
+        except (urllib3.exceptions.HTTPError, OSError, ValueError):
+            if not self._closed:
+                raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # shutdown() unblocks a read in progress in another thread; then free the connection.
+        with contextlib.suppress(AttributeError, OSError):
+            self._response.shutdown()
+        self._response.release_conn()
+
+
+def _lines(response: urllib3.response.HTTPResponse) -> Iterator[bytes]:
+    """Split a chunked watch stream into lines without holding more than one line."""
+    pending = b""
+    for chunk in response.stream(64 * 1024, decode_content=False):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if pending.strip():
+        yield pending

@@ -1,0 +1,114 @@
+"""JUnit XML for Prow/TestGrid ($ARTIFACTS/junit_<binary>.xml) and metadata.json.
+
+Built with junit-xml, then per-testcase <properties> (config and metrics) are added to its tree.
+Every string goes through `xml_safe` first, so the file is well-formed whatever bytes the logs held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from junit_xml import TestCase, TestSuite
+
+# XML 1.0 allows tab, LF, CR and these ranges; everything else (NUL, other C0 controls, lone
+# surrogates, U+FFFE/FFFF) makes the file unparseable.
+_ILLEGAL_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+# kubetest2 writes junit_runner.xml itself; a tester must never write that name.
+RESERVED_JUNIT = "junit_runner.xml"
+
+
+def xml_safe(text: str | bytes) -> str:
+    """Text fit for an XML document: invalid UTF-8 replaced, ANSI escapes and illegal chars removed."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    text = text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+    return _ILLEGAL_XML.sub("\ufffd", _ANSI_ESCAPE.sub("", text))
+
+
+class Outcome(str, Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+    ERROR = "ERROR"  # a harness or infrastructure error: reported as <error>
+
+
+@dataclass
+class CaseResult:
+    """One test's or subtest's result, as the runner recorded it."""
+
+    name: str
+    outcome: Outcome = Outcome.PASS
+    elapsed: float = 0.0
+    message: str = ""
+    detail: str = ""  # body of <failure>/<error>: the reason, the failing pod's last lines
+    system_out: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+def write_junit(path: Path, suite_name: str, results: list[CaseResult],
+                suite_properties: dict[str, str]) -> None:
+    """Write `<testsuites><testsuite name=suite_name>` atomically (never a half-written file)."""
+    if path.name == RESERVED_JUNIT:
+        raise ValueError(f"write junit: {RESERVED_JUNIT} belongs to kubetest2")
+    cases = []
+    for result in results:
+        case = TestCase(name=xml_safe(result.name), classname=suite_name, elapsed_sec=result.elapsed,
+                        stdout=xml_safe(result.system_out) or None)
+        message, detail = xml_safe(result.message), xml_safe(result.detail)
+        if result.outcome is Outcome.FAIL:
+            case.add_failure_info(message=message, output=detail or message)
+        elif result.outcome is Outcome.ERROR:
+            case.add_error_info(message=message, output=detail or message)
+        elif result.outcome is Outcome.SKIP:
+            case.add_skipped_info(message=message)
+        cases.append(case)
+    suite = TestSuite(suite_name, cases,
+                      properties={xml_safe(k): xml_safe(v) for k, v in suite_properties.items()})
+    suite_element = suite.build_xml_doc()
+    for element, result in zip(suite_element.findall("testcase"), results, strict=True):
+        if result.properties:
+            props = ET.Element("properties")
+            for key, value in result.properties.items():
+                ET.SubElement(props, "property", name=xml_safe(key), value=xml_safe(str(value)))
+            element.insert(0, props)
+    root = ET.Element("testsuites")
+    root.append(suite_element)
+    ET.indent(root)
+    _atomic_write(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
+    """Add keys to $ARTIFACTS/metadata.json (a flat object of strings) without overwriting any."""
+    path = artifacts / "metadata.json"
+    try:
+        existing = json.loads(path.read_text())
+        if not isinstance(existing, dict):
+            existing = {}
+    except (OSError, ValueError):
+        existing = {}
+    merged = dict(existing)
+    for key, value in entries.items():
+        merged.setdefault(key, value)
+    if merged != existing:
+        _atomic_write(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode())

@@ -1,0 +1,141 @@
+"""Log capture: every container of every pod (and the previous instance of a restarted one),
+streamed to files in parallel before anything is deleted, with memory bounded by the chunk size.
+
+Files: <dest>/<pod>.log for a single-container pod, <pod>.<container>.log otherwise, and
+<...>.previous.log for the instance before the last restart. Each starts with a header line
+naming pod, node and container.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes.client.rest import ApiException
+
+from harness.cluster import POD, Cluster, Obj, describe_api_error
+from harness.wait import node_of
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 64 * 1024
+DEFAULT_WORKERS = 16
+HEADER_PREFIX = "=== "
+
+
+@dataclass
+class CapturedLog:
+    """One container log on disk."""
+
+    pod: str
+    node: str
+    container: str
+    path: Path
+    size: int = 0
+    previous: bool = False
+    error: str | None = None
+
+    @property
+    def header(self) -> str:
+        which = " (previous instance)" if self.previous else ""
+        return f"{HEADER_PREFIX}pod {self.pod} | node {self.node} | container {self.container}{which}"
+
+    def tail(self, lines: int = 20) -> list[str]:
+        """The last lines of the log, read from the end of the file (the file may be huge)."""
+        with self.path.open("rb") as handle:
+            handle.seek(max(0, self.path.stat().st_size - 64 * 1024))
+            data = handle.read().decode("utf-8", errors="replace").splitlines()
+        body = [line for line in data if not line.startswith(HEADER_PREFIX)]
+        return body[-lines:]
+
+    def excerpt(self, head_bytes: int, tail_bytes: int) -> str:
+        """The log capped for JUnit: head and tail kept, a pointer to the full file between."""
+        with self.path.open("rb") as handle:
+            handle.readline()  # our header
+            if self.size <= head_bytes + tail_bytes:
+                return handle.read().decode("utf-8", errors="replace")
+            head = handle.read(head_bytes)
+            handle.seek(-tail_bytes, 2)
+            tail = handle.read()
+        omitted = self.size - len(head) - len(tail)
+        return (head.decode("utf-8", errors="replace")
+                + f"\n[... {omitted} bytes omitted; full log: {self.path} ...]\n"
+                + tail.decode("utf-8", errors="replace"))
+
+
+def log_file_name(pod: str, container: str, multi_container: bool, previous: bool) -> str:
+    name = f"{pod}.{container}" if multi_container else pod
+    return f"{name}.previous.log" if previous else f"{name}.log"
+
+
+def _targets(pod: Obj, dest: Path) -> list[CapturedLog]:
+    spec, status = pod.get("spec", {}), pod.get("status", {})
+    containers = [c["name"] for c in (spec.get("initContainers") or []) + spec.get("containers", [])]
+    restarts = {cs["name"]: cs.get("restartCount", 0)
+                for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])}
+    multi = len(containers) > 1
+    name, node = pod["metadata"]["name"], node_of(pod)
+    targets = []
+    for container in containers:
+        targets.append(CapturedLog(name, node, container, dest / log_file_name(name, container, multi, False)))
+        if restarts.get(container, 0) > 0:
+            targets.append(CapturedLog(name, node, container,
+                                       dest / log_file_name(name, container, multi, True), previous=True))
+    return targets
+
+
+def _stream_to_file(cluster: Cluster, namespace: str, target: CapturedLog) -> CapturedLog:
+    query: dict[str, str] = {"container": target.container}
+    if target.previous:
+        query["previous"] = "true"
+    path = POD.object_path(target.pod, namespace) + "/log"
+    with target.path.open("wb") as out:
+        out.write(target.header.encode() + b"\n")
+        try:
+            response = cluster.open_stream(path, query, read_timeout=120,
+                                           operation=f"read log of pod {target.pod}")
+        except ApiException as exc:
+            # A container that never started has no log: say so in the file, not as a crash.
+            target.error = describe_api_error(exc)
+            out.write(f"[no log: {target.error}]\n".encode())
+            return target
+        try:
+            for chunk in response.stream(CHUNK_BYTES, decode_content=True):
+                out.write(chunk)
+                target.size += len(chunk)
+        finally:
+            response.release_conn()
+    return target
+
+
+def capture_pod_logs(cluster: Cluster, namespace: str, pods: list[Obj], dest: Path,
+                     workers: int = DEFAULT_WORKERS) -> list[CapturedLog]:
+    """Stream every container log of `pods` to files under `dest`, `workers` at a time."""
+    dest.mkdir(parents=True, exist_ok=True)
+    targets = [t for pod in pods for t in _targets(pod, dest)]
+    if not targets:
+        return []
+    with ThreadPoolExecutor(max_workers=min(workers, len(targets)), thread_name_prefix="logs") as pool:
+        futures = [pool.submit(_stream_to_file, cluster, namespace, t) for t in targets]
+        captured = []
+        for target, future in zip(targets, futures, strict=True):
+            try:
+                captured.append(future.result())
+            except Exception as exc:  # one unreadable log must not lose the others
+                target.error = f"{type(exc).__name__}: {exc}"
+                log.warning("capture log of %s/%s: %s", target.pod, target.container, target.error)
+                captured.append(target)
+    return captured
+
+
+def last_lines(captured: list[CapturedLog], pod: str, lines: int = 20) -> str:
+    """The last lines of a pod's logs (each container), for a failure message."""
+    parts = []
+    for entry in captured:
+        if entry.pod == pod and entry.path.exists():
+            tail = entry.tail(lines)
+            parts.append(f"last {len(tail)} lines of {entry.pod} ({entry.container}"
+                         f"{', previous' if entry.previous else ''}):\n" + "\n".join(tail))
+    return "\n".join(parts)

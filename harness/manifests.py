@@ -1,0 +1,102 @@
+"""Strict rendering of the YAML templates in manifests/ (`{{.Field}}` placeholders, Go style).
+
+A placeholder naming a field that is not declared is an "unknown field" error; a declared field
+without a value is a "missing field" error; both name the template. Values are inserted as JSON
+(strings quoted, lists and mappings as flow collections), which is valid YAML, so a value can
+never break the document's structure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.cluster import MANAGED_BY, MANAGED_BY_LABEL, Obj
+from harness.errors import RenderError
+
+PLACEHOLDER = re.compile(r"\{\{\s*\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+# Every field a template may use, with what it means. Upstream names where upstream has them.
+TEMPLATE_FIELDS: dict[str, str] = {
+    "JobName": "name of the job and its headless Service",
+    "Namespace": "the test's namespace",
+    "Labels": "labels of every object (managed-by, run id, test)",
+    "PodAnnotations": "annotations of the workload pods",
+    "BertTrainingImage": "the training image (upstream name)",
+    "TrainingImage": "the training image",
+    "NCCLTestsImage": "the nccl-tests image",
+    "WorkerReplicas": "worker pods (= nodes)",
+    "NP": "total processes (= nodes x processes per node)",
+    "SlotsPerWorker": "processes per worker pod",
+    "GPUPerNode": "GPUs requested per worker pod",
+    "EFARequested": "EFA devices requested per worker pod",
+    "Resources": "the worker container's resources (requests and limits)",
+    "Env": "the worker container's environment",
+    "Command": "the worker container's command",
+    "Args": "the worker container's arguments",
+    "LauncherCommand": "the MPI launcher's command",
+    "MasterPort": "the rendezvous port on worker 0",
+    "BackoffLimit": "pod failures the Job tolerates",
+    "ActiveDeadlineSeconds": "the Job's deadline",
+    "NodeSelector": "node selector of the workload pods",
+    "Tolerations": "tolerations of the workload pods",
+    "ServiceAccountName": "service account of the workload pods",
+    "NodeName": "node a single pod is pinned to",
+}
+
+MANIFESTS_PACKAGE = "manifests"
+
+
+def template_text(name: str) -> str:
+    """A template shipped in the manifests package."""
+    try:
+        return resources.files(MANIFESTS_PACKAGE).joinpath(name).read_text()
+    except (FileNotFoundError, OSError):
+        raise RenderError(f"render {name}: no such template in manifests/") from None
+
+
+def _as_yaml_value(value: Any) -> str:
+    return json.dumps(value, sort_keys=False)
+
+
+def render_text(name: str, text: str, fields: Mapping[str, Any]) -> str:
+    unknown = sorted({m["field"] for m in PLACEHOLDER.finditer(text)} - TEMPLATE_FIELDS.keys())
+    if unknown:
+        raise RenderError(f"render {name}: unknown field " + ", ".join(f".{f}" for f in unknown)
+                          + " (known: " + ", ".join(sorted(TEMPLATE_FIELDS)) + ")")
+    undeclared = sorted(set(fields) - TEMPLATE_FIELDS.keys())
+    if undeclared:
+        raise RenderError(f"render {name}: unknown field " + ", ".join(f".{f}" for f in undeclared)
+                          + " given")
+
+    def substitute(match: re.Match[str]) -> str:
+        field = match["field"]
+        if fields.get(field) is None:
+            raise RenderError(f"render {name}: missing field .{field} ({TEMPLATE_FIELDS[field]})")
+        return _as_yaml_value(fields[field])
+
+    return PLACEHOLDER.sub(substitute, text)
+
+
+def render(name: str, fields: Mapping[str, Any], save_to: Path | None = None) -> list[Obj]:
+    """Render a template into objects; save the rendered text under save_to/<name>."""
+    text = render_text(name, template_text(name), fields)
+    if save_to is not None:
+        save_to.mkdir(parents=True, exist_ok=True)
+        (save_to / name).write_text(text)
+    try:
+        objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    except yaml.YAMLError as exc:
+        raise RenderError(f"render {name}: not valid YAML after rendering: {exc}") from None
+    for obj in objects:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+            raise RenderError(f"render {name}: {obj.get('kind')} {obj.get('metadata', {}).get('name')} "
+                              f"lacks the label {MANAGED_BY_LABEL}={MANAGED_BY} (use .Labels)")
+    return objects

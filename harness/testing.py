@@ -1,0 +1,250 @@
+"""Test cases and the context a test runs in (Go's *testing.T, with setup/teardown built in).
+
+A test is a function of a TestContext; its body is the assessment. Everything it sets up
+registers its own teardown on the context (`t.cleanup`), which runs in reverse order on every
+path (pass, fail, timeout, interrupt), logs each error and continues.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.cancel import CancelToken
+from harness.config import Config
+from harness.errors import HarnessError, SkipTest, TestFailure
+from harness.junit import CaseResult, Outcome
+
+if TYPE_CHECKING:
+    from harness.cluster import Cluster
+    from harness.discovery import NodeInfo
+
+TestFunc = Callable[["TestContext"], None]
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """A registered test: its Go-style name, its function and the subtests it declares."""
+
+    name: str
+    func: TestFunc
+    subtests: tuple[str, ...] = ()
+    needs_cluster: bool = True
+    __test__ = False  # not a pytest test class
+
+
+def split_run_pattern(pattern: str) -> list[str]:
+    """Split a -test.run pattern at top-level slashes, like Go (not inside [] or ())."""
+    parts, depth, current = [], 0, []
+    for ch in pattern:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth = max(0, depth - 1)
+        if ch == "/" and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+@dataclass
+class Selector:
+    """Which tests and subtests run: -test.run levels, and e2e-framework's feature filters."""
+
+    levels: list[re.Pattern[str]] = field(default_factory=list)
+    feature: re.Pattern[str] | None = None
+    skip_features: re.Pattern[str] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Selector:
+        levels = [re.compile(p) for p in split_run_pattern(cfg.test_run)] if cfg.test_run else []
+        return cls(levels,
+                   re.compile(cfg.feature) if cfg.feature else None,
+                   re.compile(cfg.skip_features) if cfg.skip_features else None)
+
+    def matches(self, full_name: str) -> bool:
+        """Whether a test or subtest (`TestX/sub`) is selected; levels past the pattern match all."""
+        names = full_name.split("/")
+        for name, pattern in zip(names, self.levels, strict=False):
+            if not pattern.search(name):
+                return False
+        top = names[0]
+        if self.feature and not self.feature.search(top):
+            return False
+        return not (self.skip_features and self.skip_features.search(top))
+
+
+class Output:
+    """Go-test-style console output; without -v a test's log lines are shown only if it fails."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+
+    def emit(self, line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+@dataclass
+class Session:
+    """What every test of one run shares."""
+
+    binary: str
+    cfg: Config
+    artifacts: Path
+    cancel: CancelToken
+    output: Output
+    selector: Selector
+    cluster: Cluster | None = None
+    nodes: list[NodeInfo] = field(default_factory=list)
+    results: list[CaseResult] = field(default_factory=list)
+
+
+class TestContext:
+    """The `t` a test function receives."""
+
+    __test__ = False
+
+    def __init__(self, session: Session, name: str, depth: int = 0) -> None:
+        self.session = session
+        self.name = name
+        self.depth = depth
+        self.result = CaseResult(name)
+        self._cleanups = ExitStack()
+        self._log_lines: list[str] = []
+        self._children: list[TestContext] = []
+        self._artifacts_dir: Path | None = None
+        self.namespace_name: str | None = None
+
+    # -- what tests use --------------------------------------------------------------------------
+
+    @property
+    def cfg(self) -> Config:
+        return self.session.cfg
+
+    @property
+    def cluster(self) -> Cluster:
+        if self.session.cluster is None:
+            raise HarnessError(f"{self.name}: no cluster connection (the runner did not connect)")
+        return self.session.cluster
+
+    @property
+    def nodes(self) -> list[NodeInfo]:
+        return self.session.nodes
+
+    @property
+    def cancel(self) -> CancelToken:
+        return self.session.cancel
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>)."""
+        if self._artifacts_dir is None:
+            safe = re.sub(r"[^A-Za-z0-9_./-]", "_", self.name)
+            self._artifacts_dir = self.session.artifacts / self.session.binary / safe
+            self._artifacts_dir.mkdir(parents=True, exist_ok=True)
+        return self._artifacts_dir
+
+    def logf(self, message: str, *args: Any) -> None:
+        text = message % args if args else message
+        indent = "    " * (self.depth + 1)
+        for line in text.splitlines() or [""]:
+            self._log_lines.append(indent + line)
+            if self.session.output.verbose:
+                self.session.output.emit(indent + line)
+
+    def property(self, key: str, value: object) -> None:
+        """A JUnit property of this test case (metrics, restart counts...)."""
+        self.result.properties[key] = str(value)
+
+    def attach_output(self, text: str) -> None:
+        """Text for the test case's <system-out> (pod logs under their headers)."""
+        self.result.system_out += text if text.endswith("\n") else text + "\n"
+
+    def cleanup(self, func: Callable[[], None], description: str) -> None:
+        """Register teardown; runs in reverse order on every exit path, errors logged not raised."""
+
+        def guarded() -> None:
+            try:
+                func()
+            except BaseException as exc:
+                self.logf("cleanup %s failed: %s: %s", description, type(exc).__name__, exc)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+
+        self._cleanups.callback(guarded)
+
+    def skip(self, reason: str) -> None:
+        raise SkipTest(reason)
+
+    def run(self, subtest: str, func: TestFunc) -> bool:
+        """Run a subtest (`TestX/subtest`) if selected; a failed subtest fails its parent."""
+        full = f"{self.name}/{subtest}"
+        if not self.session.selector.matches(full):
+            return True
+        child = TestContext(self.session, full, self.depth + 1)
+        self._children.append(child)
+        child.execute(func)
+        if child.result.outcome in (Outcome.FAIL, Outcome.ERROR):
+            if self.result.outcome is Outcome.PASS:
+                self.result.outcome = Outcome.FAIL
+                self.result.message = f"subtest {full} failed: {child.result.message}"
+            return False
+        return True
+
+    # -- what the runner uses --------------------------------------------------------------------
+
+    def execute(self, func: TestFunc) -> CaseResult:
+        """Run func and its cleanups; record the outcome, print Go-style lines."""
+        out = self.session.output
+        out.emit(f"{'    ' * self.depth}=== RUN   {self.name}")
+        started = time.monotonic()
+        self.session.results.append(self.result)
+        try:
+            with self._cleanups:
+                func(self)
+        except SkipTest as exc:
+            self._record(Outcome.SKIP, str(exc))
+        except TestFailure as exc:
+            self._record(Outcome.FAIL, str(exc))
+        except HarnessError as exc:
+            self._record(Outcome.ERROR, f"{type(exc).__name__}: {exc}")
+        except AssertionError as exc:
+            self._record(Outcome.FAIL, str(exc) or "assertion failed", traceback.format_exc())
+        except KeyboardInterrupt:
+            self._record(Outcome.FAIL, f"INTERRUPTED: {self.cancel.reason or 'second interrupt'}; "
+                         "cleanup cut short")
+            raise
+        except Exception as exc:
+            self._record(Outcome.ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            self.result.elapsed = time.monotonic() - started
+            self._report()
+        return self.result
+
+    def _record(self, outcome: Outcome, message: str, detail: str = "") -> None:
+        if self.result.outcome in (Outcome.FAIL, Outcome.ERROR) and outcome is not Outcome.SKIP:
+            # Keep the first failure (a subtest's), add this one to the detail.
+            self.result.detail += f"\n{message}\n{detail}"
+            return
+        self.result.outcome, self.result.message = outcome, message.splitlines()[0] if message else ""
+        self.result.detail = f"{message}\n{detail}".strip()
+        self.logf("%s", message)
+
+    def _report(self) -> None:
+        out, indent = self.session.output, "    " * self.depth
+        verdict = self.result.outcome.value if self.result.outcome is not Outcome.ERROR else "FAIL"
+        out.emit(f"{indent}--- {verdict}: {self.name} ({self.result.elapsed:.2f}s)")
+        if not out.verbose and self.result.outcome in (Outcome.FAIL, Outcome.ERROR):
+            for line in self._log_lines:
+                out.emit(line)

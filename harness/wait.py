@@ -1,0 +1,381 @@
+"""Waiting: one function, `wait_for`, and named conditions over watched cluster state.
+
+    wait_for(cluster, job_succeeded(ns, "bert-training"),
+             fails_on=[job_failed(ns, "bert-training"), any_pod_failed(ns, selector, grace)],
+             timeout=cfg.job_timeout, cancel=token)
+
+Each watched resource is listed once, then watched (re-listed on 410 Gone, resumed after a
+dropped connection), in a thread that feeds one queue; conditions are evaluated on every event,
+so a verdict follows the cluster's change within milliseconds, with no polling of the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from harness.cancel import CancelToken
+from harness.cluster import JOB, MPIJOB, NODE, POD, Cluster, Obj, Resource, WatchExpired, is_transient
+from harness.config import format_duration
+from harness.errors import ClusterError, Interrupted, JobFailed, WaitTimeout
+
+log = logging.getLogger(__name__)
+
+# How often time-based conditions (grace periods) are re-checked when no event arrives.
+TICK_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A set of objects to keep in view: one resource in one namespace, optionally selected."""
+
+    resource: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+@dataclass
+class ClusterState:
+    """The latest version of every watched object, plus when each condition was first seen."""
+
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    _first_seen: dict[str, float] = field(default_factory=dict)
+
+    def update(self, kind: str, event_type: str, obj: Obj) -> None:
+        meta = obj.get("metadata", {})
+        key = (kind, meta.get("namespace", ""), meta.get("name", ""))
+        if event_type == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = obj
+
+    def replace_all(self, kind: str, items: list[Obj]) -> None:
+        for key in [k for k in self.objects if k[0] == kind]:
+            del self.objects[key]
+        for item in items:
+            self.update(kind, "ADDED", item)
+
+    def of_kind(self, kind: str) -> list[Obj]:
+        return [obj for (k, _, _), obj in sorted(self.objects.items()) if k == kind]
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self.objects.get((kind, namespace, name))
+
+    def held_for(self, marker: str, now: float) -> float:
+        """Seconds since `marker` (e.g. "pod uid unschedulable") was first observed."""
+        return now - self._first_seen.setdefault(marker, now)
+
+    def summary(self) -> str:
+        """One line per pod and job: what the last state seen was, for timeout messages."""
+        lines = [f"job {obj['metadata']['name']}: {_conditions_text(obj)}"
+                 for obj in self.of_kind("Job") + self.of_kind("MPIJob")]
+        lines += [f"pod {pod['metadata']['name']}: {describe_pod(pod)}" for pod in self.of_kind("Pod")]
+        return "\n".join(lines) or "no objects seen"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A named predicate over the cluster state: `check` returns a description when it holds."""
+
+    name: str
+    watches: tuple[Watched, ...]
+    check: Callable[[ClusterState, float], str | None]
+    # For failure conditions: the pod to blame, so its log can be quoted.
+    blame: Callable[[ClusterState, float], str | None] = lambda _s, _n: None
+
+
+class _StreamThread(threading.Thread):
+    """List + watch one Watched, feeding ("SYNC"|event type|"ERROR", kind, payload) to a queue."""
+
+    def __init__(self, cluster: Cluster, watched: Watched, events: queue.Queue[tuple[str, str, object]],
+                 stop: threading.Event) -> None:
+        super().__init__(daemon=True, name=f"watch-{watched.resource.plural}")
+        self.cluster, self.watched, self.events, self.stop = cluster, watched, events, stop
+        self.stream = None
+
+    def run(self) -> None:
+        w, kind = self.watched, self.watched.resource.kind
+        backoff = 0.2
+        while not self.stop.is_set():
+            try:
+                listing = self.cluster.list(w.resource, w.namespace, w.label_selector, w.field_selector)
+                self.events.put(("SYNC", kind, listing.get("items", [])))
+                version = listing["metadata"]["resourceVersion"]
+                while not self.stop.is_set():
+                    self.stream = self.cluster.watch(w.resource, w.namespace, version,
+                                                     w.label_selector, w.field_selector)
+                    for event_type, obj in self.stream:
+                        version = obj.get("metadata", {}).get("resourceVersion", version)
+                        if event_type != "BOOKMARK":
+                            self.events.put((event_type, kind, obj))
+                    backoff = 0.2
+            except WatchExpired:
+                continue  # re-list from now
+            except Exception as exc:
+                if self.stop.is_set():
+                    return
+                if not is_transient(exc):
+                    self.events.put(("ERROR", kind, exc))
+                    return
+                # A dropped connection (API server restart): re-list once it answers again.
+                log.info("watch %s dropped (%s); resuming", w.resource.plural, exc)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+
+
+def wait_for(cluster: Cluster, condition: Condition, *, fails_on: Iterable[Condition] = (),
+             timeout: float, cancel: CancelToken | None = None,
+             on_event: Callable[[ClusterState], None] | None = None) -> str:
+    """Wait until `condition` holds; return its description.
+
+    Raises JobFailed when a `fails_on` condition holds first (with the pod to blame), WaitTimeout
+    (message starting TIMEOUT, with the last state seen) after `timeout` seconds, Interrupted
+    when `cancel` is set, ClusterError when the API refuses a watch.
+    """
+    failures = list(fails_on)
+    watched = list(dict.fromkeys(w for c in (condition, *failures) for w in c.watches))
+    events: queue.Queue[tuple[str, str, object]] = queue.Queue()
+    stop = threading.Event()
+    threads = [_StreamThread(cluster, w, events, stop) for w in watched]
+    state = ClusterState()
+    deadline = time.monotonic() + timeout
+    cancel = cancel or CancelToken()
+    for thread in threads:
+        thread.start()
+    try:
+        while True:
+            now = time.monotonic()
+            if cancel.is_set():
+                raise Interrupted(f"{cancel.reason} while waiting for {condition.name}; "
+                                  f"last state:\n{state.summary()}")
+            if now >= deadline:
+                raise WaitTimeout(f"TIMEOUT: waited {format_duration(timeout)} for {condition.name}; "
+                                  f"last state:\n{state.summary()}")
+            try:
+                _apply_event(state, events.get(timeout=min(TICK_SECONDS, deadline - now)), condition)
+                # Drain what else arrived, so a burst of events is evaluated once.
+                while not events.empty():
+                    _apply_event(state, events.get_nowait(), condition)
+            except queue.Empty:
+                pass  # a tick: grace periods may have run out
+            if on_event is not None:
+                on_event(state)
+            now = time.monotonic()
+            met = condition.check(state, now)
+            if met is not None:
+                return met
+            for failure in failures:
+                reason = failure.check(state, now)
+                if reason is not None:
+                    raise JobFailed(reason, pod=failure.blame(state, now))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.close()
+
+
+def _apply_event(state: ClusterState, event: tuple[str, str, object], condition: Condition) -> None:
+    event_type, kind, payload = event
+    if event_type == "ERROR":
+        raise ClusterError(f"wait for {condition.name}: {payload}")
+    if event_type == "SYNC":
+        state.replace_all(kind, payload)  # type: ignore[arg-type]
+    else:
+        state.update(kind, event_type, payload)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Describing pods
+
+
+def _conditions_text(obj: Obj) -> str:
+    conditions = obj.get("status", {}).get("conditions") or []
+    true = [c["type"] for c in conditions if c.get("status") == "True"]
+    return ", ".join(true) or "no condition yet"
+
+
+def node_of(pod: Obj) -> str:
+    return pod.get("spec", {}).get("nodeName") or "<unscheduled>"
+
+
+def container_statuses(pod: Obj) -> list[Obj]:
+    status = pod.get("status", {})
+    return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
+def describe_pod(pod: Obj) -> str:
+    status = pod.get("status", {})
+    parts = [status.get("phase", "Pending"), f"node {node_of(pod)}"]
+    for cs in container_statuses(pod):
+        state = cs.get("state", {})
+        if "waiting" in state:
+            parts.append(f"{cs['name']} waiting: {state['waiting'].get('reason', '')}")
+        elif "terminated" in state:
+            t = state["terminated"]
+            parts.append(f"{cs['name']} terminated: {t.get('reason', '')} exit {t.get('exitCode')}")
+        if cs.get("restartCount"):
+            parts.append(f"{cs['name']} restarts {cs['restartCount']}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named conditions
+
+
+def _has_condition(obj: Obj | None, *types: str) -> Obj | None:
+    for cond in (obj or {}).get("status", {}).get("conditions") or []:
+        if cond.get("type") in types and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def job_succeeded(namespace: str, name: str) -> Condition:
+    """batch/v1 Job complete."""
+    watches = (Watched(JOB, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        job = state.get("Job", namespace, name)
+        return f"job {name} succeeded" if _has_condition(job, "Complete") else None
+
+    return Condition(f"job {name} to succeed", watches, check)
+
+
+def job_failed(namespace: str, name: str) -> Condition:
+    watches = (Watched(JOB, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        cond = _has_condition(state.get("Job", namespace, name), "Failed")
+        if cond is None:
+            return None
+        return f"job {name} failed: {cond.get('reason', '')}: {cond.get('message', '')}".rstrip(": ")
+
+    return Condition(f"job {name} failed", watches, check)
+
+
+def mpijob_succeeded(namespace: str, name: str) -> Condition:
+    watches = (Watched(MPIJOB, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        job = state.get("MPIJob", namespace, name)
+        return f"mpijob {name} succeeded" if _has_condition(job, "Succeeded") else None
+
+    return Condition(f"mpijob {name} to succeed", watches, check)
+
+
+def mpijob_failed(namespace: str, name: str) -> Condition:
+    watches = (Watched(MPIJOB, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        cond = _has_condition(state.get("MPIJob", namespace, name), "Failed")
+        if cond is None:
+            return None
+        return f"mpijob {name} failed: {cond.get('reason', '')}: {cond.get('message', '')}".rstrip(": ")
+
+    return Condition(f"mpijob {name} failed", watches, check)
+
+
+def pods_ready(namespace: str, label_selector: str, count: int) -> Condition:
+    watches = (Watched(POD, namespace, label_selector),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        ready = [p for p in state.of_kind("Pod") if _has_condition(p, "Ready")]
+        return f"{len(ready)} pods ready" if len(ready) >= count else None
+
+    return Condition(f"{count} pods ({label_selector}) to be ready", watches, check)
+
+
+# Waiting reasons that end a pod's chances at once, and those given a grace period (image pulls
+# can be slow or transiently rate-limited).
+FATAL_WAITING = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName",
+                           "CreateContainerError", "RunContainerError"})
+GRACED_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull"})
+
+
+def pod_failure_reason(pod: Obj, state: ClusterState, now: float, grace: float) -> str | None:
+    """Why this pod has failed (or will never run), or None while it still may succeed."""
+    meta, status = pod["metadata"], pod.get("status", {})
+    if meta.get("deletionTimestamp"):
+        return None  # deleted on purpose (elastic test, cleanup): not a failure of its own
+    where = f"pod {meta['name']} on node {node_of(pod)}"
+    for cs in container_statuses(pod):
+        terminated = cs.get("state", {}).get("terminated") or cs.get("lastState", {}).get("terminated")
+        if terminated and terminated.get("reason") == "OOMKilled":
+            return (f"pod {meta['name']} OOMKilled on node {node_of(pod)} "
+                    f"(container {cs['name']}, exit code {terminated.get('exitCode')})")
+        waiting = cs.get("state", {}).get("waiting") or {}
+        reason = waiting.get("reason", "")
+        if reason in FATAL_WAITING:
+            return f"{where}: container {cs['name']} {reason}: {waiting.get('message', '')}".rstrip(": ")
+        if reason in GRACED_WAITING:
+            held = state.held_for(f"{meta['uid']}/{cs['name']}/image", now)
+            if held >= grace:
+                return (f"{where}: container {cs['name']} {reason} for {held:.0f}s: "
+                        f"{waiting.get('message', '')}").rstrip(": ")
+    if status.get("phase") == "Failed":
+        for cs in container_statuses(pod):
+            terminated = cs.get("state", {}).get("terminated")
+            if terminated and terminated.get("exitCode", 0) != 0:
+                return (f"{where} failed: container {cs['name']} exited with code "
+                        f"{terminated.get('exitCode')} ({terminated.get('reason', 'Error')})")
+        return f"{where} failed: {status.get('reason', '')} {status.get('message', '')}".strip()
+    scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        held = state.held_for(f"{meta['uid']}/unschedulable", now)
+        if held >= grace:
+            return (f"pod {meta['name']} unschedulable for {held:.0f}s: "
+                    f"{scheduled.get('message', '')}").rstrip(": ")
+    return None
+
+
+def any_pod_failed(namespace: str, label_selector: str, grace: float) -> Condition:
+    """A pod Failed, OOMKilled, crash-looping, or unschedulable / not pulling past `grace`."""
+    watches = (Watched(POD, namespace, label_selector),)
+
+    def first_failure(state: ClusterState, now: float) -> tuple[str, str] | None:
+        for pod in state.of_kind("Pod"):
+            reason = pod_failure_reason(pod, state, now, grace)
+            if reason is not None:
+                return pod["metadata"]["name"], reason
+        return None
+
+    def check(state: ClusterState, now: float) -> str | None:
+        found = first_failure(state, now)
+        return found[1] if found else None
+
+    def blame(state: ClusterState, now: float) -> str | None:
+        found = first_failure(state, now)
+        return found[0] if found else None
+
+    return Condition(f"a pod ({label_selector}) to fail", watches, check, blame)
+
+
+def node_not_ready(node_names: Iterable[str]) -> Condition:
+    """One of the nodes the job runs on went NotReady (or vanished)."""
+    names = sorted(set(node_names))
+    watches = (Watched(NODE),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        nodes = {n["metadata"]["name"]: n for n in state.of_kind("Node")}
+        if not nodes:
+            return None  # not listed yet
+        for name in names:
+            node = nodes.get(name)
+            if node is None:
+                return f"node {name} was removed from the cluster"
+            ready = next((c for c in node.get("status", {}).get("conditions") or []
+                          if c.get("type") == "Ready"), None)
+            if ready is None or ready.get("status") != "True":
+                why = (ready or {}).get("message") or (ready or {}).get("reason") or "no Ready condition"
+                return f"node {name} is NotReady: {why}"
+        return None
+
+    return Condition(f"nodes {', '.join(names)} to go NotReady", watches, check)
