@@ -83,9 +83,7 @@ def read_env(env: Mapping[str, str] | None = None) -> DistEnv:
             local_rank = rank % gpus_per_node
         else:
             raise EnvError("OMPI_COMM_WORLD_LOCAL_RANK is not set (and NUM_GPUS_PER_NODE gives no fallback)")
-        local_world_size = _int_var(
-            env, "OMPI_COMM_WORLD_LOCAL_SIZE", minimum=1, default=max(gpus_per_node, 1)
-        )
+        local_world_size = _int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", minimum=1, default=max(gpus_per_node, 1))
         rank_var, size_var = "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"
     else:
         return DistEnv("single", 0, 0, 1, 1, gpus_per_node, 0)

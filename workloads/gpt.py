@@ -37,9 +37,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         # SDPA picks flash attention on GPU and a fused kernel on CPU.
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         return self.resid_dropout(self.c_proj(y))
 

@@ -90,9 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, help=f"at least {len(CHARS)} (the text's symbols)")
     parser.add_argument("--batch-size", type=int, help="micro-batch per rank")
     parser.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step, per rank")
-    parser.add_argument(
-        "--max-iters", type=int, help="optimizer steps in total (a resumed run stops there too)"
-    )
+    parser.add_argument("--max-iters", type=int, help="optimizer steps in total (a resumed run stops there too)")
     parser.add_argument("--lr", type=float, help="peak learning rate")
     parser.add_argument("--warmup-iters", type=int)
     parser.add_argument("--weight-decay", type=float, default=0.1)
@@ -101,9 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (pays off on GPU)")
     parser.add_argument("--log-interval", type=int, default=1)
     parser.add_argument("--checkpoint-dir", type=Path, help="save here and resume from the latest checkpoint")
-    parser.add_argument(
-        "--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: never)"
-    )
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: never)")
     parser.add_argument(
         "--fail-at-step",
         type=int,
@@ -157,18 +153,14 @@ def train(args: argparse.Namespace, session: Session) -> None:
         raise ValueError(f"block_size {args.model.block_size} is longer than the text ({len(data)} chars)")
 
     model = GPT(args.model).to(device)
-    optimizer = hardware.adamw(
-        model.optimizer_groups(args.weight_decay), device, lr=args.lr, betas=(0.9, 0.95)
-    )
+    optimizer = hardware.adamw(model.optimizer_groups(args.weight_decay), device, lr=args.lr, betas=(0.9, 0.95))
     step = 0
     resumed_from: int | None = None
     if args.checkpoint_dir is not None:
         state = checkpoint.load_latest_everywhere(args.checkpoint_dir, session.is_main)
         if state is not None:
             if state["model_config"] != asdict(args.model):
-                raise ValueError(
-                    f"checkpoint in {args.checkpoint_dir} is for another model: {state['model_config']}"
-                )
+                raise ValueError(f"checkpoint in {args.checkpoint_dir} is for another model: {state['model_config']}")
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             step = resumed_from = int(state["step"])

@@ -1,0 +1,249 @@
+"""The SMDDP MNIST example's CNN trained with Lightning DDP on synthetic MNIST-shaped data.
+
+Lightning's DDPStrategy runs with process_group_backend nccl (GPU) or gloo (CPU), taking ranks from
+torchrun or OpenMPI through the same reader as the other workloads. Rank 0 prints one line per
+epoch: `epoch E: loss X, accuracy Y` (mean training loss and validation accuracy over all ranks).
+Run: torchrun --nproc_per_node=N -m workloads.mnist --size tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.pytorch.strategies import DDPStrategy
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from workloads.distributed import DistEnv, Session, add_device_argument, read_env, run_main, select_device
+from workloads.report import emit_metrics, params_checksum, say
+
+NUM_CLASSES = 10
+
+
+class Net(nn.Module):
+    """The CNN of the SageMaker distributed data parallel (SMDDP) MNIST example, layer for layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, NUM_CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        x = self.dropout1(F.max_pool2d(x, 2))
+        x = self.dropout2(F.relu(self.fc1(torch.flatten(x, 1))))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def synthetic_mnist(samples: int, seed: int) -> TensorDataset:
+    """28x28 single-channel images: a fixed random template per class plus heavy noise.
+
+    Learnable (so accuracy rises and loss falls from ln 10) yet not trivial, with no download.
+    The templates come from a fixed seed so every split and every rank shares them.
+    """
+    templates = torch.randn(NUM_CLASSES, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, NUM_CLASSES, (samples,), generator=generator)
+    images = 0.5 * templates[labels] + torch.randn(samples, 1, 28, 28, generator=generator)
+    return TensorDataset(images, labels)
+
+
+class KT2TEnvironment(ClusterEnvironment):
+    """Hands Lightning the ranks our reader found (torchrun or OpenMPI), so one code path serves both
+    launchers; Lightning's own detection knows torchrun but needs mpi4py for OpenMPI."""
+
+    def __init__(self, denv: DistEnv, main_address: str, main_port: int) -> None:
+        self._env = denv
+        self._address = main_address
+        self._port = main_port
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True  # torchrun or mpirun started us; Lightning must not spawn
+
+    @property
+    def main_address(self) -> str:
+        return self._address
+
+    @property
+    def main_port(self) -> int:
+        return self._port
+
+    @staticmethod
+    def detect() -> bool:
+        return True
+
+    def world_size(self) -> int:
+        return self._env.world_size
+
+    def set_world_size(self, size: int) -> None:
+        pass  # fixed by the launcher
+
+    def global_rank(self) -> int:
+        return self._env.rank
+
+    def set_global_rank(self, rank: int) -> None:
+        pass  # fixed by the launcher
+
+    def local_rank(self) -> int:
+        return self._env.local_rank
+
+    def node_rank(self) -> int:
+        return self._env.rank // self._env.local_world_size
+
+
+class MNISTModule(pl.LightningModule):
+    def __init__(self, lr: float, gamma: float) -> None:
+        super().__init__()
+        self.net = Net()
+        self.lr = lr
+        self.gamma = gamma
+        self.batch_losses: list[float] = []
+        self.train_seconds = 0.0
+        self.train_samples = 0
+        self.last_accuracy = float("nan")
+        self._batch_start = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        loss = F.nll_loss(self(images), labels)
+        self.log("train_loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        images, labels = batch
+        output = self(images)
+        accuracy = (output.argmax(dim=1) == labels).float().mean()
+        self.log("val_loss", F.nll_loss(output, labels), sync_dist=True)
+        self.log("val_accuracy", accuracy, sync_dist=True)
+
+    def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
+        self._batch_start = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: dict[str, torch.Tensor], batch: object, batch_idx: int) -> None:
+        self.train_seconds += time.perf_counter() - self._batch_start
+        self.train_samples += len(batch[1])  # type: ignore[index]
+        self.batch_losses.append(float(outputs["loss"].item()))
+
+    def on_train_epoch_end(self) -> None:
+        # Runs after the epoch's validation, so both numbers are this epoch's, synced over ranks.
+        metrics = self.trainer.callback_metrics
+        self.last_accuracy = float(metrics["val_accuracy"])
+        if self.trainer.is_global_zero:
+            say(
+                f"epoch {self.current_epoch}: loss {float(metrics['train_loss']):.4f}, "
+                f"accuracy {self.last_accuracy:.4f}"
+            )
+
+    def configure_optimizers(self) -> dict[str, object]:
+        # The example's optimiser and schedule: Adadelta lr 1.0, StepLR(step_size=1, gamma=0.7).
+        optimizer = torch.optim.Adadelta(self.parameters(), lr=self.lr)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=self.gamma)
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+@dataclass(frozen=True)
+class MNISTSize:
+    train_samples: int  # in total, split over ranks by Lightning's DistributedSampler
+    val_samples: int
+    epochs: int
+
+
+SIZES = {"tiny": MNISTSize(2048, 512, 2), "full": MNISTSize(60000, 10000, 5)}  # full: MNIST's own split
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workloads.mnist", description=__doc__)
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", type=int, default=64, help="per rank (the example's 64)")
+    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--gamma", type=float, default=0.7)
+    parser.add_argument("--seed", type=int, default=1)
+    add_device_argument(parser)
+    args = parser.parse_args(argv)
+    args.epochs = args.epochs or SIZES[args.size].epochs
+    return args
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def quiet_lightning() -> None:
+    """Keep pod logs readable: no banner about TPUs/HPUs, no hints about DataLoader workers."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    denv = read_env()
+    device = select_device(denv, args.device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if denv.launcher == "single":
+        address, port = "127.0.0.1", _free_port()
+    else:  # read_env() has checked both
+        address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    quiet_lightning()
+    pl.seed_everything(args.seed, verbose=False)
+
+    size = SIZES[args.size]
+    train = DataLoader(synthetic_mnist(size.train_samples, seed=1), batch_size=args.batch_size, shuffle=True)
+    val = DataLoader(synthetic_mnist(size.val_samples, seed=2), batch_size=256)
+    module = MNISTModule(args.lr, args.gamma)
+    trainer = pl.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=denv.local_world_size,
+        num_nodes=max(1, denv.world_size // denv.local_world_size),
+        strategy=DDPStrategy(cluster_environment=KT2TEnvironment(denv, address, port), process_group_backend=backend),
+        max_epochs=args.epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, train, val)
+
+    session = Session(denv, device, backend)
+    emit_metrics(
+        "mnist",
+        session,
+        {
+            "epochs": args.epochs,
+            "loss_first": module.batch_losses[0],
+            "loss_last": module.batch_losses[-1],
+            "loss_expected_first": math.log(NUM_CLASSES),
+            "accuracy": module.last_accuracy,
+            "samples_per_s": module.train_samples / module.train_seconds,
+            "params_checksum": params_checksum(module.parameters()),
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    run_main("workloads.mnist", main)
