@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.config import E2E_FRAMEWORK, GO_TEST, SETTINGS, SETTINGS_BY_FLAG, Setting
+from harness.config import E2E_FRAMEWORK, GO_TEST, SETTINGS, SETTINGS_BY_FLAG, Setting, format_value
 from harness.errors import UsageError
 
 HELP_FLAGS = frozenset({"-h", "--h", "-help", "--help"})
@@ -81,7 +81,8 @@ def usage(binary: str, summary: str, tests: Sequence[str], extra_flags: Sequence
         lines += ["", titles.get(group, group) + ":"]
         for setting in settings:
             spelled = [f"--{f}" for f in setting.flags] + ([f"${setting.env}"] if setting.env else [])
-            default = "" if setting.default in (None, "", {}) else f" (default {setting.default!r})"
+            default = ("" if setting.default in (None, "", {})
+                       else f" (default {format_value(setting, setting.default)})")
             lines.append(f"  {', '.join(spelled)}")
             lines.append(f"        {setting.help}{default}; {setting.expected}")
     lines += ["", "Exit status: 0 all tests passed or skipped, 1 a test failed, 2 usage or "

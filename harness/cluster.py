@@ -15,14 +15,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
 
 from harness.errors import ClusterError
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
+
+# The kubernetes client is imported when a Cluster connects, not at import: it takes ~0.15 s to
+# load, and `--help` / `--test.list` (probed by kubetest2 before every run) must not pay for it.
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +95,24 @@ EVENT = KNOWN_RESOURCES[("v1", "Event")]
 MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
 
 
+def is_api_error(exc: BaseException) -> bool:
+    """An HTTP error status from the API server (kubernetes.client.rest.ApiException)."""
+    return type(exc).__name__ == "ApiException" and hasattr(exc, "status")
+
+
+def api_status(exc: BaseException) -> int | None:
+    return exc.status if is_api_error(exc) else None  # type: ignore[attr-defined]
+
+
 def is_transient(exc: BaseException) -> bool:
     """Errors that retrying can fix: overload, server errors, dropped or refused connections."""
-    if isinstance(exc, ApiException):
+    if is_api_error(exc):
         return exc.status in RETRIABLE_STATUS or exc.status == 0
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
 
 
 def describe_api_error(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
+    if is_api_error(exc):
         try:
             message = json.loads(exc.body or "{}").get("message") or exc.reason
         except (ValueError, AttributeError):
@@ -125,6 +137,8 @@ class Cluster:
     def connect(cls, kubeconfig: str | None, cancelled: threading.Event | None = None,
                 retry_budget: float = RETRY_BUDGET_SECONDS) -> Cluster:
         """Load the kubeconfig; a missing or invalid one is a ClusterError naming it."""
+        from kubernetes import config as k8s_config
+
         try:
             api_client = k8s_config.new_client_from_config(config_file=kubeconfig)
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
@@ -196,7 +210,9 @@ class Cluster:
             path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             try:
                 listing = self.request("GET", path, operation=f"discover {api_version}")
-            except ApiException as exc:
+            except Exception as exc:
+                if not is_api_error(exc):
+                    raise
                 raise ClusterError(f"discover {kind} ({api_version}): the cluster does not serve "
                                    f"this API ({describe_api_error(exc)})") from None
             for entry in listing.get("resources", []):
@@ -210,10 +226,11 @@ class Cluster:
     def serves(self, api_version: str, kind: str) -> bool:
         """Whether the cluster has the API (e.g. the MPIJob CRD)."""
         try:
-            path = f"/apis/{api_version}"
-            listing = self.request("GET", path, operation=f"discover {api_version}")
-        except ApiException:
-            return False
+            listing = self.request("GET", f"/apis/{api_version}", operation=f"discover {api_version}")
+        except Exception as exc:
+            if api_status(exc) == 404:
+                return False
+            raise
         return any(entry.get("kind") == kind for entry in listing.get("resources", []))
 
     def apply(self, obj: Obj, dry_run: bool = False) -> Obj:
@@ -228,15 +245,19 @@ class Cluster:
             return self.request("PATCH", resource.object_path(meta["name"], meta.get("namespace")),
                                 query=query, body=obj, content_type="application/apply-patch+yaml",
                                 operation=operation)
-        except ApiException as exc:
+        except Exception as exc:
+            if not is_api_error(exc):
+                raise
             raise ClusterError(f"{operation}: {describe_api_error(exc)}") from None
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
         try:
             return self.request("GET", resource.object_path(name, namespace))
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:
+            if api_status(exc) == 404:
                 return None
+            if not is_api_error(exc):
+                raise
             raise ClusterError(f"get {resource.kind} {name}: {describe_api_error(exc)}") from None
 
     def list(self, resource: Resource, namespace: str | None = None,
@@ -246,7 +267,9 @@ class Cluster:
                                    ("fieldSelector", field_selector)) if v}
         try:
             return self.request("GET", resource.collection_path(namespace), query=query)
-        except ApiException as exc:
+        except Exception as exc:
+            if not is_api_error(exc):
+                raise
             raise ClusterError(f"list {resource.plural} in {namespace or 'the cluster'}: "
                                f"{describe_api_error(exc)}") from None
 
@@ -255,9 +278,11 @@ class Cluster:
         try:
             self.request("DELETE", resource.object_path(name, namespace),
                          body={"propagationPolicy": "Background", "gracePeriodSeconds": 5})
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:
+            if api_status(exc) == 404:
                 return False
+            if not is_api_error(exc):
+                raise
             raise ClusterError(f"delete {resource.kind} {name}: {describe_api_error(exc)}") from None
         return True
 

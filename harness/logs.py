@@ -13,9 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubernetes.client.rest import ApiException
-
-from harness.cluster import POD, Cluster, Obj, describe_api_error
+from harness.cluster import POD, Cluster, Obj, describe_api_error, is_api_error
 from harness.wait import node_of
 
 log = logging.getLogger(__name__)
@@ -96,7 +94,9 @@ def _stream_to_file(cluster: Cluster, namespace: str, target: CapturedLog) -> Ca
         try:
             response = cluster.open_stream(path, query, read_timeout=120,
                                            operation=f"read log of pod {target.pod}")
-        except ApiException as exc:
+        except Exception as exc:
+            if not is_api_error(exc):
+                raise
             # A container that never started has no log: say so in the file, not as a crash.
             target.error = describe_api_error(exc)
             out.write(f"[no log: {target.error}]\n".encode())

@@ -134,6 +134,7 @@ class Runner:
     def _connect_and_discover(self) -> None:
         from harness.cluster import Cluster  # the kubernetes client loads only when needed
         from harness.discovery import discover
+        from harness.jobs import check_launcher
 
         cluster = Cluster.connect(self.cfg.kubeconfig, cancelled=self.cancel, retry_budget=10.0)
         try:
@@ -147,6 +148,7 @@ class Runner:
         cluster.retry_budget = 90.0  # from now on, ride out API server restarts
         self.session.cluster = cluster
         self.session.nodes = discover(cluster, self.cfg, self.cancel)
+        check_launcher(cluster, self.cfg)
         self.cfg.set("server_version", version.get("gitVersion", "?"), Source.DISCOVERED, "/version")
 
     def _print_config(self) -> None:
