@@ -78,6 +78,9 @@ GO
   log "built mpi-operator@$MPI_OPERATOR_BUILD in $((SECONDS - t0))s"
 fi
 
+build_tool kubernetes "$K8S_VERSION" "${k8s_ldflags//$'\n'/ }" k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+
 # etcd: the server's main package, built in the kubernetes module so it is the version that
 # kubernetes pins ($ETCD_VERSION must match hack/go/kubernetes/go.mod).
 etcd_dest="$KT2T_CACHE/etcd@$ETCD_VERSION"
