@@ -1,0 +1,99 @@
+"""Command line of `hack/local-cluster`: up | down | status | nodes | node-not-ready | node-ready."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from . import nodes
+from .api import ApiError
+from .cluster import ClusterError, LocalCluster, progress, wait_until
+from .settings import Settings, port_env_names
+
+EPILOG = f"""\
+environment:
+  KT2T_STATE          state folder (default ~/.local/state/kubetest2-training/cluster)
+  KT2T_CACHE          binary cache (default ~/.cache/kubetest2-training)
+  KT2T_NODE_SHAPE     cpu | gpu nodes made by `up` (default cpu)
+  KT2T_NODE_COUNT     how many (default 2)
+  KT2T_NODE_EFA       vpc.amazonaws.com/efa per gpu node (default 0)
+  KT2T_DEFAULT_CANNED_LOG  canned log of pods that name none (default bert-mpirun-32ranks)
+  KT2T_WAIT_TIMEOUT   seconds to wait for each component, nodes, ServiceAccount (default 120)
+  ports: {", ".join(f"{env}" for env in port_env_names().values())}
+
+`up` prints the kubeconfig's absolute path as its last line on stdout; progress goes to stderr.
+"""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="hack/local-cluster", description="A local Kubernetes control plane with kwok nodes (no Docker).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="build or reuse the binaries, start the cluster, print the kubeconfig")
+    add_node_options(up, required=False)
+    commands.add_parser("down", help="stop what `up` started and remove the state folder")
+    commands.add_parser("status", help="what runs: pid, port, healthy (exit 1 unless all healthy)")
+    replace_nodes = commands.add_parser("nodes", help="replace the fake nodes with nodes of a shape")
+    add_node_options(replace_nodes, required=True)
+    for name, verb in (("node-not-ready", "turn NotReady"), ("node-ready", "turn Ready again")):
+        command = commands.add_parser(name, help=f"make a node {verb} (through a kwok stage)")
+        command.add_argument("node")
+    return parser.parse_args(argv)
+
+
+def add_node_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument("--shape", choices=sorted(nodes.SHAPES), required=required,
+                        help="node shape (env KT2T_NODE_SHAPE)")
+    parser.add_argument("--count", type=int, help="number of nodes (env KT2T_NODE_COUNT)")
+    parser.add_argument("--efa", type=int, help="vpc.amazonaws.com/efa per node, gpu shape (env KT2T_NODE_EFA)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = Settings.from_env()
+    if getattr(args, "shape", None):
+        settings = replace(settings, node_shape=args.shape)
+    if getattr(args, "count", None) is not None:
+        settings = replace(settings, node_count=args.count)
+    if getattr(args, "efa", None) is not None:
+        settings = replace(settings, node_efa=args.efa)
+    cluster = LocalCluster(settings)
+    try:
+        return run(cluster, args)
+    except (ClusterError, ApiError) as error:
+        print(f"local-cluster {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
+    settings = cluster.settings
+    if args.command == "up":
+        print(cluster.up().absolute())
+        return 0
+    if args.command == "down":
+        stopped = cluster.down()
+        progress(f"down: stopped {', '.join(stopped) or 'nothing'}; removed {settings.state_dir}")
+        return 0
+    if args.command == "status":
+        rows = cluster.status()
+        print(f"{'COMPONENT':<24}{'PID':>8}{'PORT':>7}  HEALTHY")
+        for row in rows:
+            print(f"{row['name']:<24}{row['pid'] or '-':>8}{row['port'] or '-':>7}  {'yes' if row['healthy'] else 'no'}")
+        print(f"state: {settings.state_dir}")
+        print(f"kubeconfig: {settings.kubeconfig}")
+        return 0 if all(row["healthy"] for row in rows) else 1
+    api = cluster.api()
+    if args.command == "nodes":
+        with cluster.locked():
+            created = nodes.replace_nodes(api, settings.node_shape, settings.node_count, settings.node_efa)
+            cluster.wait_usable()
+        progress(f"nodes: {', '.join(created)} ({settings.node_shape}) Ready")
+        return 0
+    not_ready = args.command == "node-not-ready"
+    nodes.set_not_ready(api, args.node, not_ready)
+    wait_until(lambda: nodes.node_is_ready(api.get("Node", args.node)) != not_ready, settings.wait_timeout_s,
+               f"node {args.node} to be {'NotReady' if not_ready else 'Ready'}")
+    progress(f"node {args.node}: {'NotReady' if not_ready else 'Ready'}")
+    return 0

@@ -1,0 +1,238 @@
+"""The cluster's lifecycle: up (idempotent), down, status, and waiting for it to be usable."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import nodes
+from .api import ApiClient, ApiError
+from .components import MPI_OPERATOR_LOCK_NAMESPACE, Component, components, is_healthy, kubeconfig_path, process_env
+from .kubeconfig import write_kubeconfig
+from .pki import CLIENT_IDENTITIES, Pki
+from .processes import ProcessRecord
+from .settings import HACK_DIR, Settings
+
+# Written into the state folder by `up`; `down` deletes only a folder that carries it.
+STATE_MARKER = ".kubetest2-training-local-cluster"
+
+# CRDs installed before the components that need them start: (Go module, path in the module).
+CRDS = (
+    ("sigs.k8s.io/kwok", "kwok", "kustomize/crd/bases/kwok.x-k8s.io_logs.yaml"),
+    ("github.com/kubeflow/mpi-operator", "mpi-operator", "manifests/base/kubeflow.org_mpijobs.yaml"),
+)
+
+
+class ClusterError(Exception):
+    """`up`, `down` or a wait failed; the message says which step and why."""
+
+
+def progress(message: str) -> None:
+    print(f"[local-cluster {datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
+               last_state: Callable[[], str] = lambda: "", interval_s: float = 0.25) -> None:
+    """Polls condition until true; ClusterError naming what was awaited (and the last state seen)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            state = last_state()
+            raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}"
+                               + (f"; last state: {state}" if state else ""))
+        time.sleep(interval_s)
+
+
+@dataclass
+class LocalCluster:
+    """The local control plane described by one Settings."""
+
+    settings: Settings
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.settings.pki_dir)
+
+    def api(self) -> ApiClient:
+        pki = self.pki
+        return ApiClient(self.settings.apiserver_url, pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
+
+    def components(self) -> list[Component]:
+        return components(self.settings, self.pki)
+
+    def record(self, component: Component) -> ProcessRecord:
+        return ProcessRecord(self.settings.run_dir, component.name)
+
+    def log_file(self, component: Component) -> Path:
+        return self.settings.logs_dir / f"{component.name}.log"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """One `up`/`down`/`nodes` at a time per state folder (parallel test sessions share it)."""
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.settings.state_dir.parent / f".{self.settings.state_dir.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    # ---- up -------------------------------------------------------------------------------------
+
+    def up(self) -> Path:
+        """Builds or reuses the binaries, starts what is not running, waits until usable."""
+        started_at = time.monotonic()
+        with self.locked():
+            self.build_binaries()
+            (self.settings.state_dir / STATE_MARKER).touch()
+            self.pki.generate()
+            for identity in CLIENT_IDENTITIES:
+                write_kubeconfig(kubeconfig_path(self.settings, identity.name), self.settings.apiserver_url,
+                                 self.pki, identity.name)
+            write_kubeconfig(self.settings.kubeconfig, self.settings.apiserver_url, self.pki, "admin")
+            for component in self.components():
+                self.ensure_running(component)
+                if component.name == "kube-apiserver":
+                    self.bootstrap_api()
+            api = self.api()
+            if not nodes.managed_nodes(api):
+                created = nodes.replace_nodes(api, self.settings.node_shape, self.settings.node_count,
+                                              self.settings.node_efa)
+                progress(f"created {self.settings.node_shape} nodes {', '.join(created)}")
+            self.wait_usable()
+        progress(f"cluster up in {time.monotonic() - started_at:.1f}s; kubeconfig {self.settings.kubeconfig}")
+        return self.settings.kubeconfig
+
+    def build_binaries(self) -> None:
+        progress("binaries: hack/build-binaries.sh (reuses its cache)")
+        result = subprocess.run([str(self.settings.build_script)], stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode != 0:
+            raise ClusterError(f"hack/build-binaries.sh failed with exit code {result.returncode} (see above)")
+        printed = Path(result.stdout.strip().splitlines()[-1])
+        if printed.resolve() != self.settings.bin_dir.resolve():
+            raise ClusterError(f"hack/build-binaries.sh put the binaries in {printed}, expected "
+                               f"{self.settings.bin_dir} (KT2T_CACHE differs?)")
+
+    def ensure_running(self, component: Component) -> None:
+        record = self.record(component)
+        pid = record.running_pid()
+        if pid is not None and is_healthy(component, self.pki):
+            progress(f"{component.name}: running (pid {pid})")
+            return
+        if pid is not None:
+            # Ours but unhealthy: give it the chance to come up (e.g. right after a restart).
+            with contextlib.suppress(ClusterError):
+                self.wait_healthy(component, record, timeout_s=10)
+                progress(f"{component.name}: running (pid {pid})")
+                return
+            progress(f"{component.name}: pid {pid} is unhealthy; restarting it")
+            record.stop()
+        log_file = self.log_file(component)
+        pid = record.start(component.argv, log_file, env=process_env(component), cwd=self.settings.state_dir)
+        progress(f"{component.name}: started (pid {pid}, log {log_file})")
+        self.wait_healthy(component, record, self.settings.wait_timeout_s)
+
+    def wait_healthy(self, component: Component, record: ProcessRecord, timeout_s: float) -> None:
+        def healthy_or_dead() -> bool:
+            if record.running_pid() is None:
+                raise ClusterError(f"{component.name} exited; last lines of {self.log_file(component)}:\n"
+                                   + tail(self.log_file(component)))
+            return is_healthy(component, self.pki)
+
+        wait_until(healthy_or_dead, timeout_s, f"{component.name} to be healthy ({component.health_url or 'alive'})",
+                   lambda: tail(self.log_file(component), 5))
+
+    def bootstrap_api(self) -> None:
+        """What the components after the API server need from it: CRDs, mpi-operator's lock namespace."""
+        api = self.api()
+        for module, tool, path in CRDS:
+            crd_file = go_module_dir(module, tool) / path
+            for document in yaml.safe_load_all(crd_file.read_text()):
+                if document:
+                    api.apply(document)
+        api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_OPERATOR_LOCK_NAMESPACE}})
+        for _, _, path in CRDS:
+            crd_name = Path(path).stem.split("_", 1)[1] + "." + Path(path).stem.split("_", 1)[0]
+            wait_until(lambda name=crd_name: crd_established(api, name), self.settings.wait_timeout_s,
+                       f"CRD {crd_name} to be established")
+
+    def wait_usable(self) -> None:
+        """Nodes Ready and the `default` ServiceAccount present: pods can be created and run."""
+        api = self.api()
+
+        def nodes_ready() -> bool:
+            managed = nodes.managed_nodes(api)
+            return bool(managed) and all(nodes.node_is_ready(n) for n in managed)
+
+        def node_states() -> str:
+            return ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)}" for n in nodes.managed_nodes(api))
+
+        wait_until(nodes_ready, self.settings.wait_timeout_s, "the nodes to be Ready", node_states)
+        wait_until(lambda: api.get_or_none("ServiceAccount", "default", "default") is not None,
+                   self.settings.wait_timeout_s, "ServiceAccount default/default (kube-controller-manager)")
+
+    # ---- down -----------------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Stops the processes `up` started (recorded pid, matching command line), removes the state."""
+        stopped = []
+        with self.locked():
+            for component in reversed(self.components()):
+                record = self.record(component)
+                if record.stop():
+                    stopped.append(component.name)
+                    progress(f"{component.name}: stopped")
+            state = self.settings.state_dir
+            if state.exists():
+                if not (state / STATE_MARKER).exists() and any(state.iterdir()):
+                    raise ClusterError(f"not removing {state}: it lacks {STATE_MARKER}, so `up` did not make it")
+                shutil.rmtree(state)
+        return stopped
+
+    # ---- status ---------------------------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per component: name, pid (None when not running), port, healthy."""
+        rows = []
+        for component in self.components():
+            pid = self.record(component).running_pid()
+            rows.append({
+                "name": component.name,
+                "pid": pid,
+                "port": component.port,
+                "healthy": pid is not None and is_healthy(component, self.pki),
+            })
+        return rows
+
+
+def crd_established(api: ApiClient, name: str) -> bool:
+    crd = api.get_or_none("CustomResourceDefinition", name)
+    conditions = (crd or {}).get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def go_module_dir(module: str, tool: str) -> Path:
+    """Where the Go module cache holds `module` at the version pinned by hack/go/<tool>/go.mod."""
+    result = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=HACK_DIR / "go" / tool,
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise ClusterError(f"locate Go module {module} (for its CRD): {result.stderr.strip()}")
+    return Path(result.stdout.strip())
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+__all__ = ["ApiError", "ClusterError", "LocalCluster", "progress", "wait_until"]

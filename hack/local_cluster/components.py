@@ -1,0 +1,174 @@
+"""The processes of the local cluster, in start order: their command lines and health checks."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .pki import Pki
+from .settings import HACK_DIR, LOOPBACK, Settings
+
+# Label that kwok manages nodes by; the nodes this package creates carry it.
+KWOK_NODE_LABEL = "type"
+KWOK_NODE_LABEL_VALUE = "kwok"
+MPI_OPERATOR_LOCK_NAMESPACE = "mpi-operator"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One process: how to start it and how to tell it is healthy."""
+
+    name: str
+    argv: list[str]
+    health_url: str
+    port: int | None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def kubeconfig_identity(self) -> str | None:
+        """The client identity whose kubeconfig the component reads, if any."""
+        return None if self.name == "etcd" else self.name
+
+
+def kubeconfig_path(settings: Settings, identity: str) -> Path:
+    return settings.state_dir / "kubeconfigs" / f"{identity}.kubeconfig"
+
+
+def components(settings: Settings, pki: Pki) -> list[Component]:
+    """Every component, in the order they must start (each needs the ones before it)."""
+    binary = lambda name: str(settings.bin_dir / name)  # noqa: E731
+    ports = settings.ports
+    kubeconfig = lambda identity: str(kubeconfig_path(settings, identity))  # noqa: E731
+    serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
+    # The controller manager's and scheduler's own servers authenticate their callers through the
+    # API server; /healthz stays open to anyone (their default always-allow paths).
+    delegated_auth = lambda identity: [  # noqa: E731
+        f"--kubeconfig={kubeconfig(identity)}",
+        f"--authentication-kubeconfig={kubeconfig(identity)}",
+        f"--authorization-kubeconfig={kubeconfig(identity)}",
+        f"--client-ca-file={pki.ca_cert}",
+        f"--bind-address={LOOPBACK}",
+        "--leader-elect=false",
+        *serving,
+    ]
+    etcd_url = f"http://{LOOPBACK}:{ports['etcd']}"
+    etcd_peer_url = f"http://{LOOPBACK}:{ports['etcd-peer']}"
+    return [
+        Component("etcd", [
+            binary("etcd"),
+            "--name=kubetest2-training",
+            f"--data-dir={settings.state_dir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={etcd_peer_url}",
+            f"--initial-advertise-peer-urls={etcd_peer_url}",
+            f"--initial-cluster=kubetest2-training={etcd_peer_url}",
+            # A throw-away test cluster: durability is not worth an fsync per write.
+            "--unsafe-no-fsync=true",
+            "--auto-compaction-retention=1",
+            "--quota-backend-bytes=2147483648",
+        ], f"{etcd_url}/health", ports["etcd"]),
+        Component("kube-apiserver", [
+            binary("kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            f"--secure-port={ports['kube-apiserver']}",
+            *serving,
+            f"--client-ca-file={pki.ca_cert}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.service_account_public_key}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # pods/log is proxied to kwok, which serves with our CA's certificate on 127.0.0.1.
+            f"--kubelet-client-certificate={pki.client_cert('kube-apiserver-kubelet-client')}",
+            f"--kubelet-client-key={pki.client_key('kube-apiserver-kubelet-client')}",
+            f"--kubelet-certificate-authority={pki.ca_cert}",
+            "--kubelet-preferred-address-types=InternalIP",
+            # The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints reject.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ], f"https://{LOOPBACK}:{ports['kube-apiserver']}/readyz", ports["kube-apiserver"]),
+        Component("kube-controller-manager", [
+            binary("kube-controller-manager"),
+            *delegated_auth("kube-controller-manager"),
+            f"--secure-port={ports['kube-controller-manager']}",
+            # The service-account and token controllers: the `default` ServiceAccount of every
+            # namespace, and kube-root-ca.crt for projected token volumes.
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.service_account_key}",
+            "--use-service-account-credentials=true",
+            "--controllers=*",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allocate-node-cidrs=false",
+            "--profiling=false",
+        ], f"https://{LOOPBACK}:{ports['kube-controller-manager']}/healthz", ports["kube-controller-manager"]),
+        Component("kube-scheduler", [
+            binary("kube-scheduler"),
+            *delegated_auth("kube-scheduler"),
+            f"--secure-port={ports['kube-scheduler']}",
+            "--profiling=false",
+        ], f"https://{LOOPBACK}:{ports['kube-scheduler']}/healthz", ports["kube-scheduler"]),
+        Component("kwok", [
+            binary("kwok"),
+            f"--kubeconfig={kubeconfig('kwok')}",
+            f"--config={settings.stages_file}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}",
+            f"--node-ip={LOOPBACK}",
+            f"--node-port={ports['kwok']}",
+            f"--server-address={LOOPBACK}:{ports['kwok']}",
+            *serving,
+            "--node-lease-duration-seconds=40",
+            f"--cidr={POD_CIDR}",
+            # Logs objects come from the API (the node agent makes one per pod), not from --config.
+            "--enable-crds=Logs",
+        ], f"https://{LOOPBACK}:{ports['kwok']}/healthz", ports["kwok"]),
+        Component("mpi-operator", [
+            binary("mpi-operator"),
+            f"--kubeConfig={kubeconfig('mpi-operator')}",
+            f"--lock-namespace={MPI_OPERATOR_LOCK_NAMESPACE}",
+            "--monitoring-port=0",
+            "--kube-api-qps=50",
+            "--kube-api-burst=100",
+        ], f"http://{LOOPBACK}:{ports['mpi-operator']}/healthz", ports["mpi-operator"],
+            # Read by the loopback patch that hack/build-binaries.sh compiles in.
+            env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{ports['mpi-operator']}"}),
+        Component("node-agent", [
+            sys.executable, "-m", "local_cluster.node_agent",
+            f"--server={settings.apiserver_url}",
+            f"--state-dir={settings.state_dir}",
+            f"--canned-logs-dir={settings.canned_logs_dir}",
+            f"--default-canned-log={settings.default_canned_log}",
+        ], "", None, env={"PYTHONPATH": str(HACK_DIR)}),
+    ]
+
+
+def is_healthy(component: Component, pki: Pki) -> bool:
+    """GETs the component's health URL (verified against our CA); no URL: alive is healthy."""
+    if not component.health_url:
+        return True
+    context = None
+    if component.health_url.startswith("https://"):
+        context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        context.load_cert_chain(str(pki.client_cert("admin")), str(pki.client_key("admin")))
+    try:
+        with urllib.request.urlopen(component.health_url, context=context, timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def process_env(component: Component) -> dict[str, str]:
+    """The component's environment: ours plus its own, without proxies (all traffic is loopback)."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["NO_PROXY"] = env["no_proxy"] = f"{LOOPBACK},localhost"
+    env.update(component.env)
+    return env

@@ -1,0 +1,39 @@
+"""Kubeconfig files: one per client identity, with the certificates embedded (self-contained)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import yaml
+
+from .pki import Pki
+
+CLUSTER_NAME = "kubetest2-training-local"
+
+
+def write_kubeconfig(path: Path, server: str, pki: Pki, identity: str) -> Path:
+    """Writes a kubeconfig for `identity` (a name in pki.CLIENT_IDENTITIES); returns its path.
+
+    Embedded data rather than paths: the admin kubeconfig is copied around (artifacts, CI), and
+    then still works.
+    """
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CLUSTER_NAME, "cluster": {
+            "server": server, "certificate-authority-data": _b64(pki.ca_cert)}}],
+        "users": [{"name": identity, "user": {
+            "client-certificate-data": _b64(pki.client_cert(identity)),
+            "client-key-data": _b64(pki.client_key(identity))}}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": identity}}],
+        "current-context": CLUSTER_NAME,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()

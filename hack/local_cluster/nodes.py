@@ -1,0 +1,118 @@
+"""Fake nodes played by kwok: shapes (CPU, GPU), creation, replacement, and NotReady on demand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .api import ApiClient
+from .components import KWOK_NODE_LABEL, KWOK_NODE_LABEL_VALUE
+from .settings import LOOPBACK
+
+MANAGED_LABEL = "kubetest2-training.local/node"
+# Label that the kwok stage in hack/kwok/stages.yaml turns into Ready=False (and back when removed).
+NOT_READY_LABEL = "kubetest2-training.local/not-ready"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What a node looks like to the scheduler and to node discovery."""
+
+    name: str
+    instance_type: str
+    cpu: str
+    memory: str
+    gpus: int
+    max_efa: int
+
+    def capacity(self, efa: int) -> dict[str, str]:
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": "110", "ephemeral-storage": "500Gi"}
+        if self.gpus:
+            capacity[GPU_RESOURCE] = str(self.gpus)
+        if efa:
+            capacity[EFA_RESOURCE] = str(efa)
+        return capacity
+
+
+SHAPES: dict[str, NodeShape] = {
+    "cpu": NodeShape("cpu", "kwok-cpu", cpu="16", memory="64Gi", gpus=0, max_efa=0),
+    # p4d.24xlarge: 8 A100, 96 vCPUs, 1152 GiB, 4 EFA interfaces.
+    "gpu": NodeShape("gpu", "p4d.24xlarge", cpu="96", memory="1152Gi", gpus=8, max_efa=4),
+}
+
+
+def node_name(shape: NodeShape, index: int) -> str:
+    return f"kwok-{shape.name}-{index}"
+
+
+def node_manifest(shape: NodeShape, index: int, efa: int) -> dict[str, Any]:
+    """A Node whose status kwok completes (conditions, nodeInfo) once it sees the kwok label."""
+    name = node_name(shape, index)
+    capacity = shape.capacity(efa)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                KWOK_NODE_LABEL: KWOK_NODE_LABEL_VALUE,
+                MANAGED_LABEL: shape.name,
+                INSTANCE_TYPE_LABEL: shape.instance_type,
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        # Status is kept on create for nodes; kwok then fills in the rest. InternalIP 127.0.0.1
+        # keeps the API server's pods/log proxying on loopback (kwok serves the logs there).
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "addresses": [{"type": "InternalIP", "address": LOOPBACK}, {"type": "Hostname", "address": name}],
+        },
+    }
+
+
+def managed_nodes(api: ApiClient) -> list[dict[str, Any]]:
+    return list(api.get("Node", labelSelector=MANAGED_LABEL)["items"])
+
+
+def replace_nodes(api: ApiClient, shape_name: str, count: int, efa: int) -> list[str]:
+    """Deletes the nodes this package made and creates `count` nodes of the shape; returns names.
+
+    Pods bound to a deleted node are removed by the pod garbage collector, like on a real cluster.
+    """
+    shape = SHAPES.get(shape_name)
+    if shape is None:
+        raise SystemExit(f"local-cluster: unknown node shape {shape_name!r}; expected one of {sorted(SHAPES)}")
+    if efa > shape.max_efa:
+        raise SystemExit(f"local-cluster: shape {shape_name} has at most {shape.max_efa} EFA devices, "
+                         f"asked for {efa}")
+    if count < 1:
+        raise SystemExit(f"local-cluster: node count must be at least 1, got {count}")
+    for node in managed_nodes(api):
+        api.delete("Node", node["metadata"]["name"])
+    names = []
+    for index in range(count):
+        manifest = node_manifest(shape, index, efa)
+        # A node of the same name may still be finishing its deletion; apply either way.
+        api.apply(manifest)
+        api.merge_patch("Node", manifest["metadata"]["name"], {"status": manifest["status"]},
+                        subresource="status")
+        names.append(manifest["metadata"]["name"])
+    return names
+
+
+def set_not_ready(api: ApiClient, name: str, not_ready: bool) -> None:
+    """Labels the node so that kwok reports it NotReady; removing the label makes it Ready again."""
+    api.merge_patch("Node", name, {"metadata": {"labels": {NOT_READY_LABEL: "true" if not_ready else None}}})
+
+
+def node_is_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

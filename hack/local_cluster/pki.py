@@ -1,0 +1,135 @@
+"""The cluster's PKI, made with the openssl CLI: a CA, serving and client certificates, SA keys."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .settings import LOOPBACK
+
+# One serving certificate for every component: all of them listen on 127.0.0.1 only. The
+# kubernetes.default names let in-cluster clients of a later version verify the API server.
+SERVING_SANS = (
+    f"IP:{LOOPBACK}",
+    "DNS:localhost",
+    "IP:10.96.0.1",
+    "DNS:kubernetes",
+    "DNS:kubernetes.default",
+    "DNS:kubernetes.default.svc",
+    "DNS:kubernetes.default.svc.cluster.local",
+)
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """A client certificate's subject: CN is the user, O the groups RBAC sees."""
+
+    name: str
+    common_name: str
+    organization: str = ""
+
+
+# kwok, mpi-operator and the node agent run in system:masters: kwok stands in for the kubelets
+# of every fake node at once (the Node authorizer grants a kubelet its own node only), and the
+# other two are test infrastructure whose RBAC is not what this project tests.
+CLIENT_IDENTITIES = (
+    ClientIdentity("admin", "kubetest2-training-admin", "system:masters"),
+    ClientIdentity("kube-controller-manager", "system:kube-controller-manager"),
+    ClientIdentity("kube-scheduler", "system:kube-scheduler"),
+    ClientIdentity("kube-apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters"),
+    ClientIdentity("kwok", "kubetest2-training-kwok", "system:masters"),
+    ClientIdentity("mpi-operator", "kubetest2-training-mpi-operator", "system:masters"),
+    ClientIdentity("node-agent", "kubetest2-training-node-agent", "system:masters"),
+)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the generated files."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.directory / "serving.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "serving.key"
+
+    @property
+    def service_account_key(self) -> Path:
+        return self.directory / "sa.key"
+
+    @property
+    def service_account_public_key(self) -> Path:
+        return self.directory / "sa.pub"
+
+    def client_cert(self, name: str) -> Path:
+        return self.directory / f"{name}.crt"
+
+    def client_key(self, name: str) -> Path:
+        return self.directory / f"{name}.key"
+
+    def is_complete(self) -> bool:
+        paths = [self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
+                 self.service_account_key, self.service_account_public_key]
+        paths += [self.client_cert(i.name) for i in CLIENT_IDENTITIES]
+        return all(p.is_file() for p in paths)
+
+    def generate(self) -> None:
+        """Creates every file; keeps an existing complete PKI (certificates outlive restarts)."""
+        if self.is_complete():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _openssl("req", "-x509", "-new", "-nodes", *_EC_KEY, "-keyout", self.ca_key, "-out", self.ca_cert,
+                 "-days", "3650", "-subj", "/CN=kubetest2-training-ca",
+                 "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")
+        self._sign("serving", "/CN=kubetest2-training-serving", "serverAuth",
+                   self.serving_cert, self.serving_key, sans=SERVING_SANS)
+        for identity in CLIENT_IDENTITIES:
+            subject = (f"/O={identity.organization}" if identity.organization else "") + f"/CN={identity.common_name}"
+            self._sign(identity.name, subject, "clientAuth",
+                       self.client_cert(identity.name), self.client_key(identity.name))
+        # RSA for the service-account token signer: every Kubernetes version accepts it.
+        _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                 "-out", self.service_account_key)
+        _openssl("pkey", "-in", self.service_account_key, "-pubout", "-out", self.service_account_public_key)
+        for key in self.directory.glob("*.key"):
+            key.chmod(0o600)
+
+    def _sign(self, name: str, subject: str, usage: str, cert: Path, key: Path,
+              sans: tuple[str, ...] = ()) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            csr = Path(tmp) / f"{name}.csr"
+            extensions = Path(tmp) / "ext.cnf"
+            lines = ["basicConstraints=critical,CA:FALSE",
+                     "keyUsage=critical,digitalSignature,keyEncipherment",
+                     f"extendedKeyUsage={usage}"]
+            if sans:
+                lines.append("subjectAltName=" + ",".join(sans))
+            extensions.write_text("\n".join(lines) + "\n")
+            _openssl("req", "-new", "-nodes", *_EC_KEY, "-keyout", key, "-out", csr, "-subj", subject)
+            _openssl("x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key,
+                     "-CAcreateserial", "-days", "365", "-out", cert, "-extfile", extensions)
+
+
+# EC P-256 keys: generated in milliseconds, and accepted by every component.
+_EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+
+
+def _openssl(*args: str | Path) -> None:
+    result = subprocess.run(["openssl", *map(str, args)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"openssl {args[0]}: {result.stderr.strip()}")

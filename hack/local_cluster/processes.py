@@ -1,0 +1,112 @@
+"""Background processes the cluster started: start detached, record pid and command line, stop by pid.
+
+A pid alone can be reused by an unrelated process after ours died, so every pid file has a
+companion file with the exact command line; a pid counts as ours only while /proc shows that
+same command line. Nothing here ever signals a process by name or group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """Where one component's pid and command line are recorded."""
+
+    run_dir: Path
+    name: str
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def cmdline_file(self) -> Path:
+        return self.run_dir / f"{self.name}.cmdline.json"
+
+    def recorded_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def recorded_argv(self) -> list[str] | None:
+        try:
+            return list(json.loads(self.cmdline_file.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def running_pid(self) -> int | None:
+        """The recorded pid if that process is alive and still runs the recorded command."""
+        pid, argv = self.recorded_pid(), self.recorded_argv()
+        if pid is None or argv is None:
+            return None
+        return pid if _runs(pid, argv) else None
+
+    def start(self, argv: list[str], log_file: Path, env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> int:
+        """Starts argv detached from this process (own session, stdin closed), output to log_file."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "ab") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env, cwd=cwd, start_new_session=True)
+        self.cmdline_file.write_text(json.dumps(argv))
+        self.pid_file.write_text(f"{process.pid}\n")
+        # Popen can return while the child is still inside exec (its /proc cmdline not yet argv):
+        # wait for the exec to show, so that running_pid() is right from now on.
+        deadline = time.monotonic() + 5
+        while not _runs(process.pid, argv) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if process.poll() is None:
+            # Popen would reap the child in its finalizer; forget it so that the child outlives us.
+            process.returncode = 0
+        return process.pid
+
+    def stop(self, grace_s: float = 10) -> bool:
+        """SIGTERM then, after grace_s, SIGKILL the recorded process if it is ours; True if it was."""
+        pid, argv = self.recorded_pid(), self.recorded_argv()
+        stopped = False
+        if pid is not None and argv is not None and _runs(pid, argv):
+            _signal(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while _runs(pid, argv) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _runs(pid, argv):
+                _signal(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 5
+                while _runs(pid, argv) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            stopped = True
+        self.pid_file.unlink(missing_ok=True)
+        self.cmdline_file.unlink(missing_ok=True)
+        return stopped
+
+
+def _runs(pid: int, argv: list[str]) -> bool:
+    """True while pid is a live (not zombie) process whose command line is argv."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # A zombie has exited; it lingers only until its parent (maybe an init that never reaps) waits.
+    state = stat.rsplit(")", 1)[1].split()[0]
+    if state in ("Z", "X"):
+        return False
+    return cmdline.split(b"\0")[:-1] == [a.encode() for a in argv]
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,106 @@
+"""Settings of the local cluster: where its state lives, its ports, its nodes (the only env reader)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HACK_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = HACK_DIR.parent
+LOOPBACK = "127.0.0.1"
+
+# Fixed, non-default ports so the local cluster never collides with a real kubelet or control
+# plane on the same machine; each one is overridable by its env variable.
+DEFAULT_PORTS: dict[str, int] = {
+    "etcd": 23790,
+    "etcd-peer": 23800,
+    "kube-apiserver": 26443,
+    "kube-controller-manager": 20257,
+    "kube-scheduler": 20259,
+    "kwok": 20250,
+    "mpi-operator": 20280,
+}
+
+
+def _port_env_name(component: str) -> str:
+    return "KT2T_PORT_" + component.upper().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything `hack/local-cluster` needs to know, resolved once from the environment."""
+
+    state_dir: Path
+    bin_dir: Path
+    ports: dict[str, int]
+    node_shape: str
+    node_count: int
+    node_efa: int
+    default_canned_log: str
+    wait_timeout_s: float
+    canned_logs_dir: Path = field(default=HACK_DIR / "canned-logs")
+    stages_file: Path = field(default=HACK_DIR / "kwok" / "stages.yaml")
+    build_script: Path = field(default=HACK_DIR / "build-binaries.sh")
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def run_dir(self) -> Path:
+        """Pid files and the command line each pid was started with."""
+        return self.state_dir / "run"
+
+    @property
+    def logs_dir(self) -> Path:
+        """One log file per component."""
+        return self.state_dir / "logs"
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        """Container logs in CRI format, served by kwok through `pods/log`."""
+        return self.state_dir / "pod-logs"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig that `up` prints."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://{LOOPBACK}:{self.ports['kube-apiserver']}"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        home = Path(env.get("HOME", str(Path.home())))
+        state_home = Path(env.get("XDG_STATE_HOME") or home / ".local" / "state")
+        cache_home = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
+        cache_dir = Path(env.get("KT2T_CACHE") or cache_home / "kubetest2-training")
+        ports = {name: _int_env(env, _port_env_name(name), port) for name, port in DEFAULT_PORTS.items()}
+        return cls(
+            state_dir=Path(env.get("KT2T_STATE") or state_home / "kubetest2-training" / "cluster").absolute(),
+            bin_dir=cache_dir / "bin",
+            ports=ports,
+            node_shape=env.get("KT2T_NODE_SHAPE", "cpu"),
+            node_count=_int_env(env, "KT2T_NODE_COUNT", 2),
+            node_efa=_int_env(env, "KT2T_NODE_EFA", 0),
+            default_canned_log=env.get("KT2T_DEFAULT_CANNED_LOG", "bert-mpirun-32ranks"),
+            wait_timeout_s=float(_int_env(env, "KT2T_WAIT_TIMEOUT", 120)),
+        )
+
+
+def _int_env(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"local-cluster: {name}={raw!r} is not an integer") from None
+
+
+def port_env_names() -> dict[str, str]:
+    """Env variable overriding each component's port (for usage text and the README)."""
+    return {name: _port_env_name(name) for name in DEFAULT_PORTS}
