@@ -2,7 +2,8 @@
 
 Objects are plain dicts (JSON as the API server sends it): the client's typed models cost more
 to deserialize than everything else the harness does, and dicts serve custom resources too.
-Requests go through `ApiClient.call_api`, so authentication and TLS come from the kubeconfig.
+Requests go through the client's ApiClient and REST client, so authentication and TLS come from the
+kubeconfig.
 Transient failures (connection errors, 429, 5xx) are retried with backoff.
 """
 
@@ -95,29 +96,44 @@ EVENT = KNOWN_RESOURCES[("v1", "Event")]
 MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
 
 
+class ApiError(Exception):
+    """The API server answered with an error status (4xx/5xx)."""
+
+    def __init__(self, status: int, reason: str, body: bytes | str | None) -> None:
+        super().__init__(f"HTTP {status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+
+    @property
+    def message(self) -> str:
+        try:
+            return json.loads(self.body).get("message") or self.reason
+        except (ValueError, AttributeError):
+            return self.reason
+
+
 def is_api_error(exc: BaseException) -> bool:
-    """An HTTP error status from the API server (kubernetes.client.rest.ApiException)."""
-    return type(exc).__name__ == "ApiException" and hasattr(exc, "status")
+    return isinstance(exc, ApiError)
 
 
 def api_status(exc: BaseException) -> int | None:
-    return exc.status if is_api_error(exc) else None  # type: ignore[attr-defined]
+    return exc.status if isinstance(exc, ApiError) else None
 
 
 def is_transient(exc: BaseException) -> bool:
     """Errors that retrying can fix: overload, server errors, dropped or refused connections."""
-    if is_api_error(exc):
-        return exc.status in RETRIABLE_STATUS or exc.status == 0
+    if isinstance(exc, ApiError):
+        return exc.status in RETRIABLE_STATUS
+    # kubernetes' ApiException(status=0) wraps TLS errors of a server that is (re)starting.
+    if type(exc).__name__ == "ApiException" and getattr(exc, "status", None) == 0:
+        return True
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
 
 
 def describe_api_error(exc: BaseException) -> str:
-    if is_api_error(exc):
-        try:
-            message = json.loads(exc.body or "{}").get("message") or exc.reason
-        except (ValueError, AttributeError):
-            message = exc.reason
-        return f"HTTP {exc.status}: {message}"
+    if isinstance(exc, ApiError):
+        return f"HTTP {exc.status}: {exc.message}"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -168,37 +184,42 @@ class Cluster:
                 self.cancelled.wait(delay)
                 delay = min(delay * 2, 5.0)
 
+    def _send(self, method: str, path: str, query: dict[str, Any] | None, body: str | None,
+              content_type: str | None, timeout: tuple[float, float | None]) -> urllib3.BaseHTTPResponse:
+        """One HTTP request with the kubeconfig's auth and TLS; unread response, status checked."""
+        headers = {"Accept": "application/json, */*"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        _, url, headers, _, _ = self.api.param_serialize(
+            method, path, query_params=list((query or {}).items()), header_params=headers,
+            auth_settings=["BearerToken"])
+        response = self.api.rest_client.request(method, url, headers=headers, body=body,
+                                                _request_timeout=timeout).response
+        if not 200 <= response.status <= 299:
+            data = response.data
+            response.release_conn()
+            raise ApiError(response.status, response.reason or "", data)
+        return response
+
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None,
                 body: Any = None, content_type: str = "application/json",
                 operation: str | None = None, budget: float | None = None) -> Obj:
-        """One API call returning the decoded JSON body; 4xx errors raise ApiException."""
+        """One API call returning the decoded JSON body; error statuses raise ApiError."""
+        payload = json.dumps(body) if body is not None and not isinstance(body, str) else body
 
         def call() -> Obj:
-            response = self.api.call_api(
-                path, method, query_params=list((query or {}).items()),
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=json.dumps(body) if body is not None and not isinstance(body, str) else body,
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT, REQUEST_TIMEOUT),
-            )
-            raw = response[0].data if isinstance(response, tuple) else response.data
+            response = self._send(method, path, query, payload, content_type if payload else None,
+                                  (CONNECT_TIMEOUT, REQUEST_TIMEOUT))
+            raw = response.data
             return json.loads(raw) if raw else {}
 
         return self._retrying(operation or f"{method} {path}", call, budget)
 
     def open_stream(self, path: str, query: dict[str, Any], read_timeout: float | None = None,
-                    operation: str | None = None) -> urllib3.response.HTTPResponse:
-        """Open a streaming GET (watch, log follow); the caller reads and closes it."""
-
-        def call() -> urllib3.response.HTTPResponse:
-            response = self.api.call_api(
-                path, "GET", query_params=list(query.items()),
-                header_params={"Accept": "application/json, */*"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=(CONNECT_TIMEOUT, read_timeout),
-            )
-            return response[0] if isinstance(response, tuple) else response
-
-        return self._retrying(operation or f"stream {path}", call)
+                    operation: str | None = None) -> urllib3.BaseHTTPResponse:
+        """Open a streaming GET (watch, log); the caller reads and closes it."""
+        return self._retrying(operation or f"stream {path}",
+                              lambda: self._send("GET", path, query, None, None, (CONNECT_TIMEOUT, read_timeout)))
 
     # -- resources -------------------------------------------------------------------------------
 
@@ -340,7 +361,7 @@ class WatchExpired(Exception):
 class WatchStream:
     """An open watch: iterate for (type, object) events; close() from any thread stops it."""
 
-    def __init__(self, response: urllib3.response.HTTPResponse, resource: Resource) -> None:
+    def __init__(self, response: urllib3.BaseHTTPResponse, resource: Resource) -> None:
         self._response = response
         self._resource = resource
         self._closed = False
@@ -371,7 +392,7 @@ class WatchStream:
         self._response.release_conn()
 
 
-def _lines(response: urllib3.response.HTTPResponse) -> Iterator[bytes]:
+def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
     """Split a chunked watch stream into lines without holding more than one line."""
     pending = b""
     for chunk in response.stream(64 * 1024, decode_content=False):

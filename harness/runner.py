@@ -101,16 +101,16 @@ class Runner:
     def run(self) -> int:
         selected = [t for t in self.suite.tests if self.session.selector.matches(t.name)]
         self._install_signal_handlers()
+        if any(t.needs_cluster for t in selected):
+            try:
+                self._connect_and_discover()
+            except (ConfigError, ClusterError) as exc:
+                return _setup_error(self.suite, self.session.artifacts, exc)
+        if not selected:
+            print("testing: warning: no tests to run")
+        self._print_config()
         timer = self._start_timeout()
         try:
-            if not selected:
-                print("testing: warning: no tests to run")
-            elif any(t.needs_cluster for t in selected):
-                try:
-                    self._connect_and_discover()
-                except (ConfigError, ClusterError) as exc:
-                    return _setup_error(self.suite, self.session.artifacts, exc)
-            self._print_config()
             for test in selected:
                 if self.cancel.is_set():
                     self._not_run(test, f"not run: {self.cancel.reason}")
@@ -136,7 +136,7 @@ class Runner:
         from harness.discovery import discover
         from harness.jobs import check_launcher
 
-        cluster = Cluster.connect(self.cfg.kubeconfig, cancelled=self.cancel, retry_budget=10.0)
+        cluster = Cluster.connect(self.cfg.kubeconfig, cancelled=self.cancel, retry_budget=5.0)
         try:
             version = cluster.request("GET", "/version", operation="contact the API server")
         except ClusterError as exc:

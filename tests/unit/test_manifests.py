@@ -1,0 +1,68 @@
+"""Strict template rendering and the shipped templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cluster import MANAGED_BY_LABEL
+from harness.errors import RenderError
+from harness.manifests import render, render_text
+
+LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "r1"}
+
+
+def torchrun_fields(**overrides):
+    fields = {
+        "JobName": "bert-training", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
+        "TrainingImage": "img:1", "WorkerReplicas": 4, "Resources": {"limits": {"nvidia.com/gpu": 8}},
+        "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "Command": ["torchrun"],
+        "Args": ["--nnodes=4", "-m", "workloads.bert"], "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}],
+        "MasterPort": 29500, "BackoffLimit": 0, "ActiveDeadlineSeconds": 1260,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def test_unknown_field_names_template_and_field():
+    with pytest.raises(RenderError, match=r"render bert-training.yaml: unknown field \.GpuPerNod"):
+        render_text("bert-training.yaml", "x: {{.GpuPerNod}}", {})
+
+
+def test_missing_field_names_it():
+    with pytest.raises(RenderError, match=r"missing field \.NP"):
+        render_text("t.yaml", "np: {{.NP}}", {})
+
+
+def test_values_cannot_break_yaml():
+    text = render_text("t.yaml", "image: {{.TrainingImage}}", {"TrainingImage": "a: b\n- c"})
+    assert text == 'image: "a: b\\n- c"'
+
+
+def test_torchrun_template_renders_indexed_job_and_headless_service(tmp_path):
+    objects = render("torchrun-job.yaml", torchrun_fields(), save_to=tmp_path)
+    service, job = objects
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == 4
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert job["spec"]["template"]["spec"]["subdomain"] == "bert-training"
+    assert (tmp_path / "torchrun-job.yaml").read_text().count("bert-training") >= 3
+    for obj in objects:
+        assert obj["metadata"]["labels"][MANAGED_BY_LABEL] == "kubetest2-training"
+
+
+def test_mpijob_template():
+    fields = torchrun_fields(SlotsPerWorker=8, LauncherCommand=["mpirun", "-np", "32"])
+    for key in ("Command", "Args", "MasterPort", "BackoffLimit", "ActiveDeadlineSeconds"):
+        fields.pop(key)
+    (mpijob,) = render("mpijob.yaml", fields)
+    assert mpijob["kind"] == "MPIJob" and mpijob["apiVersion"] == "kubeflow.org/v2beta1"
+    assert mpijob["spec"]["slotsPerWorker"] == 8
+    assert mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4
+
+
+def test_missing_label_is_refused(tmp_path):
+    with pytest.raises(RenderError, match="lacks the label"):
+        render("torchrun-job.yaml", torchrun_fields(Labels={"a": "b"}))

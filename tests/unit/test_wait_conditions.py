@@ -1,0 +1,97 @@
+"""Named conditions on canned pod and job objects (the real waits run in tests/integration)."""
+
+from __future__ import annotations
+
+from harness.wait import ClusterState, any_pod_failed, job_failed, job_succeeded, node_not_ready
+
+
+def pod(name="w-0", phase="Running", node="n1", waiting=None, terminated=None, last_terminated=None,
+        conditions=None, deleting=False, restarts=0):
+    state = {}
+    if waiting:
+        state["waiting"] = {"reason": waiting, "message": f"{waiting} details"}
+    if terminated:
+        state["terminated"] = terminated
+    cs = {"name": "worker", "state": state, "restartCount": restarts}
+    if last_terminated:
+        cs["lastState"] = {"terminated": last_terminated}
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node},
+            "status": {"phase": phase, "containerStatuses": [cs], "conditions": conditions or []}}
+
+
+def state_of(*objs, kind="Pod"):
+    state = ClusterState()
+    state.replace_all(kind, list(objs))
+    return state
+
+
+def check(p, now=0.0, grace=60.0, state=None):
+    cond = any_pod_failed("ns", "x=y", grace)
+    st = state or state_of(p)
+    return cond.check(st, now), cond.blame(st, now)
+
+
+def test_running_pod_is_fine():
+    assert check(pod()) == (None, None)
+
+
+def test_failed_pod_names_pod_node_and_exit_code():
+    reason, blame = check(pod(phase="Failed", terminated={"exitCode": 3, "reason": "Error"}))
+    assert reason == "pod w-0 on node n1 failed: container worker exited with code 3 (Error)"
+    assert blame == "w-0"
+
+
+def test_oomkilled_is_immediate_even_while_restarting():
+    reason, _ = check(pod(waiting="CrashLoopBackOff", last_terminated={"reason": "OOMKilled", "exitCode": 137}))
+    assert reason.startswith("pod w-0 OOMKilled on node n1")
+
+
+def test_crashloop_is_immediate():
+    reason, _ = check(pod(waiting="CrashLoopBackOff", restarts=3))
+    assert "CrashLoopBackOff" in reason
+
+
+def test_image_pull_waits_for_grace():
+    p = pod(waiting="ImagePullBackOff", phase="Pending")
+    state = state_of(p)
+    assert check(p, now=100.0, state=state)[0] is None  # first seen now
+    reason, _ = check(p, now=161.0, state=state)
+    assert "ImagePullBackOff for 61s" in reason
+
+
+def test_unschedulable_after_grace_quotes_scheduler():
+    sched = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+              "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]
+    p = pod(phase="Pending", node=None, conditions=sched)
+    state = state_of(p)
+    assert check(p, now=0.0, state=state)[0] is None
+    reason, _ = check(p, now=60.0, state=state)
+    assert reason == "pod w-0 unschedulable for 60s: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def test_deleted_pod_is_not_a_failure():
+    assert check(pod(phase="Failed", terminated={"exitCode": 137}, deleting=True)) == (None, None)
+
+
+def test_job_conditions():
+    job = {"metadata": {"name": "bert", "namespace": "ns"},
+           "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                      "message": "Job has reached the specified backoff limit"}]}}
+    state = state_of(job, kind="Job")
+    assert job_succeeded("ns", "bert").check(state, 0) is None
+    assert job_failed("ns", "bert").check(state, 0) == (
+        "job bert failed: BackoffLimitExceeded: Job has reached the specified backoff limit")
+    job["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
+    assert job_succeeded("ns", "bert").check(state_of(job, kind="Job"), 0) == "job bert succeeded"
+
+
+def test_node_not_ready_names_node():
+    node = {"metadata": {"name": "n1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "message": "Kubelet stopped posting node status."}]}}
+    cond = node_not_ready(["n1"])
+    assert cond.check(state_of(node, kind="Node"), 0) == "node n1 is NotReady: Kubelet stopped posting node status."
+    node["status"]["conditions"][0]["status"] = "True"
+    assert cond.check(state_of(node, kind="Node"), 0) is None
