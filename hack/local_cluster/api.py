@@ -27,6 +27,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Logs": ("/apis/kwok.x-k8s.io/v1alpha1", "logs", True),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
 }
 
 

@@ -135,10 +135,19 @@ class LocalCluster:
                 return
             progress(f"{component.name}: pid {pid} is unhealthy; restarting it")
             record.stop()
+        if component.name == "kwok":
+            self.release_node_leases()
         log_file = self.log_file(component)
         pid = record.start(component.argv, log_file, env=process_env(component), cwd=self.settings.state_dir)
         progress(f"{component.name}: started (pid {pid}, log {log_file})")
         self.wait_healthy(component, record, self.settings.wait_timeout_s)
+
+    def release_node_leases(self) -> None:
+        """Deletes the node Leases a previous kwok held: kwok manages a node only while it holds
+        the node's Lease, and a new kwok process (new identity) gives up on a Lease that exists."""
+        api = self.api()
+        for node in nodes.managed_nodes(api):
+            api.delete("Lease", node["metadata"]["name"], "kube-node-lease")
 
     def wait_healthy(self, component: Component, record: ProcessRecord, timeout_s: float) -> None:
         def healthy_or_dead() -> bool:

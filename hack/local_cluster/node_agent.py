@@ -127,6 +127,8 @@ class NodeAgent:
         self.handled_uids.add(meta["uid"])
 
     def canned_lines(self, annotations: dict[str, str], container: str) -> list[str]:
+        if annotations.get(FAIL_ANNOTATION) == "image-pull":
+            return []  # the container never ran
         name = annotations.get(f"{CANNED_LOG_ANNOTATION}-{container}") or annotations.get(CANNED_LOG_ANNOTATION)
         if not name:
             name = FAILURE_CANNED_LOG if FAIL_ANNOTATION in annotations else self.default_canned_log
