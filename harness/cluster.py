@@ -184,7 +184,7 @@ class Cluster:
                 self.cancelled.wait(delay)
                 delay = min(delay * 2, 5.0)
 
-    def _send(self, method: str, path: str, query: dict[str, Any] | None, body: str | None,
+    def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
               content_type: str | None, timeout: tuple[float, float | None]) -> urllib3.BaseHTTPResponse:
         """One HTTP request with the kubeconfig's auth and TLS; unread response, status checked."""
         headers = {"Accept": "application/json, */*"}
@@ -205,10 +205,9 @@ class Cluster:
                 body: Any = None, content_type: str = "application/json",
                 operation: str | None = None, budget: float | None = None) -> Obj:
         """One API call returning the decoded JSON body; error statuses raise ApiError."""
-        payload = json.dumps(body) if body is not None and not isinstance(body, str) else body
-
+        # The REST client serializes dict bodies to JSON (valid YAML too, for apply patches).
         def call() -> Obj:
-            response = self._send(method, path, query, payload, content_type if payload else None,
+            response = self._send(method, path, query, body, content_type if body is not None else None,
                                   (CONNECT_TIMEOUT, REQUEST_TIMEOUT))
             raw = response.data
             return json.loads(raw) if raw else {}
@@ -387,7 +386,8 @@ class WatchStream:
             return
         self._closed = True
         # shutdown() unblocks a read in progress in another thread; then free the connection.
-        with contextlib.suppress(AttributeError, OSError):
+        # RuntimeError: the response was already released (read to its end).
+        with contextlib.suppress(AttributeError, OSError, RuntimeError):
             self._response.shutdown()
         self._response.release_conn()
 

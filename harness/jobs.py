@@ -96,16 +96,50 @@ def base_labels(t: TestContext) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Workload:
-    """What a training job runs: `python -m <module> <args>` in every process."""
+    """What a job runs in every process: `python -m <module> <args>`, or `<binary> <args>`."""
 
     job_name: str
-    module: str
+    module: str | None = None
     args: tuple[str, ...] = ()
+    binary: str | None = None  # a non-Python program (nccl-tests' all_reduce_perf)
     # torchrun --nnodes=1:N with c10d rendezvous and restarts (elastic recovery).
     elastic: bool = False
     max_restarts: int = 0
     image: str | None = None  # default: TRAINING_IMAGE
+    launcher: str | None = None  # default: LAUNCHER
+    nodes: int | None = None  # default: NODE_COUNT (a single-node variant uses 1)
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.module is None) == (self.binary is None):
+            raise ValueError(f"workload {self.job_name}: give exactly one of module or binary")
+
+    def program(self) -> list[str]:
+        """The per-process command line (what mpirun starts on every slot)."""
+        if self.module is not None:
+            return ["python", "-m", self.module, *self.args]
+        return [str(self.binary), *self.args]
+
+
+@dataclass
+class PodLogs:
+    """The logs of a group of pods, captured once (before anything is deleted) into the test's
+    artifacts and JUnit <system-out>; `capture()` is idempotent so teardown can always call it."""
+
+    t: TestContext
+    namespace: str
+    selector: str
+    captured: list[CapturedLog] | None = None
+
+    def capture(self, pods: list[Obj] | None = None) -> list[CapturedLog]:
+        if self.captured is None:
+            if pods is None:
+                pods = self.t.cluster.list(POD, self.namespace, label_selector=self.selector).get("items", [])
+            self.captured = capture_pod_logs(self.t.cluster, self.namespace, pods, self.t.artifacts_dir / "logs")
+            for entry in self.captured:
+                self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
+            self.t.property("pods.logs_captured", len(self.captured))
+        return self.captured
 
 
 @dataclass
@@ -116,8 +150,11 @@ class TrainingJob:
     workload: Workload
     namespace: str
     objects: list[Obj] = field(default_factory=list)
-    captured: list[CapturedLog] | None = None
     pods_seen: dict[str, Obj] = field(default_factory=dict)
+    logs: PodLogs | None = None
+
+    def __post_init__(self) -> None:
+        self.logs = PodLogs(self.t, self.namespace, self.selector)
 
     @property
     def selector(self) -> str:
@@ -125,15 +162,19 @@ class TrainingJob:
 
     @property
     def launcher(self) -> str:
-        return str(self.t.cfg.launcher)
+        return launcher_of(self.t, self.workload)
 
     @property
     def processes_per_node(self) -> int:
         return int(self.t.cfg.gpus_per_node)
 
     @property
+    def node_count(self) -> int:
+        return nodes_of(self.t, self.workload)
+
+    @property
     def world_size(self) -> int:
-        return int(self.t.cfg.node_count) * self.processes_per_node
+        return self.node_count * self.processes_per_node
 
     # -- waiting ---------------------------------------------------------------------------------
 
@@ -181,16 +222,13 @@ class TrainingJob:
 
     def capture_logs(self) -> list[CapturedLog]:
         """Capture every pod's logs once (before anything is deleted) and attach them to JUnit."""
-        if self.captured is None:
+        assert self.logs is not None
+        if self.logs.captured is None:
             pods = self.pods()
             for pod in pods:
                 self.pods_seen[pod["metadata"]["name"]] = pod
-            self.captured = capture_pod_logs(self.t.cluster, self.namespace, pods,
-                                             self.t.artifacts_dir / "logs")
-            for entry in self.captured:
-                self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
-            self.t.property("pods.logs_captured", len(self.captured))
-        return self.captured
+            return self.logs.capture(pods)
+        return self.logs.captured
 
     def metrics(self) -> WorkloadMetrics:
         """Metrics of every rank, each rank located on its pod and node."""
@@ -291,8 +329,16 @@ def _env(t: TestContext, workload: Workload, master_addr: str) -> list[dict[str,
     return env
 
 
+def launcher_of(t: TestContext, workload: Workload) -> str:
+    return workload.launcher or str(t.cfg.launcher)
+
+
+def nodes_of(t: TestContext, workload: Workload) -> int:
+    return workload.nodes or int(t.cfg.node_count)
+
+
 def _torchrun_args(t: TestContext, workload: Workload) -> list[str]:
-    nodes, per_node = int(t.cfg.node_count), int(t.cfg.gpus_per_node)
+    nodes, per_node = nodes_of(t, workload), int(t.cfg.gpus_per_node)
     if workload.elastic:
         launch = [f"--nnodes=1:{nodes}", f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
                   f"--rdzv-endpoint=$(MASTER_ADDR):{MASTER_PORT}", f"--rdzv-id={workload.job_name}",
@@ -301,16 +347,18 @@ def _torchrun_args(t: TestContext, workload: Workload) -> list[str]:
         launch = [f"--nnodes={nodes}", f"--nproc-per-node={per_node}",
                   "--node-rank=$(JOB_COMPLETION_INDEX)", "--master-addr=$(MASTER_ADDR)",
                   f"--master-port={MASTER_PORT}"]
-    return [*launch, "-m", workload.module, *workload.args]
+    if workload.module is not None:
+        return [*launch, "-m", workload.module, *workload.args]
+    return [*launch, "--no-python", str(workload.binary), *workload.args]
 
 
 def _mpirun_command(t: TestContext, workload: Workload) -> list[str]:
-    np = int(t.cfg.node_count) * int(t.cfg.gpus_per_node)
+    np = nodes_of(t, workload) * int(t.cfg.gpus_per_node)
     forwarded = ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "MASTER_ADDR", "MASTER_PORT",
                  "NUM_GPUS_PER_NODE", "ACCELERATOR", "PYTHONUNBUFFERED"]
     return ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(np), "-bind-to", "none",
             "-map-by", "slot", *[arg for name in forwarded for arg in ("-x", name)],
-            "python", "-m", workload.module, *workload.args]
+            *workload.program()]
 
 
 def manifest_fields(t: TestContext, workload: Workload, namespace: str) -> tuple[str, dict[str, Any]]:
@@ -322,10 +370,10 @@ def manifest_fields(t: TestContext, workload: Workload, namespace: str) -> tuple
     common: dict[str, Any] = {
         "JobName": name, "Namespace": namespace, "Labels": labels,
         "PodAnnotations": dict(cfg.pod_annotations), "TrainingImage": image,
-        "WorkerReplicas": int(cfg.node_count), "Resources": _resources(t, int(cfg.gpus_per_node)),
+        "WorkerReplicas": nodes_of(t, workload), "Resources": _resources(t, int(cfg.gpus_per_node)),
         "NodeSelector": {"node.kubernetes.io/instance-type": cfg.node_type},
     }
-    if cfg.launcher == "mpi":
+    if launcher_of(t, workload) == "mpi":
         return "mpijob.yaml", {
             **common,
             "SlotsPerWorker": int(cfg.gpus_per_node),
@@ -339,7 +387,7 @@ def manifest_fields(t: TestContext, workload: Workload, namespace: str) -> tuple
         "Env": _env(t, workload, f"{name}-0.{name}"),
         "MasterPort": MASTER_PORT,
         # Elastic jobs survive a worker's loss through torchrun; others fail on the first pod.
-        "BackoffLimit": int(cfg.node_count) * 2 if workload.elastic else 0,
+        "BackoffLimit": nodes_of(t, workload) * 2 if workload.elastic else 0,
         "ActiveDeadlineSeconds": max(60, int(cfg.job_timeout) + 60),
     }
 
@@ -361,6 +409,6 @@ def launch(t: TestContext, workload: Workload) -> TrainingJob:
     for obj in objects:
         t.cluster.apply(obj)
     t.logf("launched %s (%s launcher, %d nodes x %d processes, image %s) in namespace %s",
-           workload.job_name, job.launcher, t.cfg.node_count, t.cfg.gpus_per_node,
+           workload.job_name, job.launcher, job.node_count, t.cfg.gpus_per_node,
            fields["TrainingImage"], namespace)
     return job

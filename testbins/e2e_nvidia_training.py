@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
+from harness.cluster import POD
 from harness.config import Config
-from harness.jobs import Workload, launch
+from harness.errors import TestFailure
+from harness.jobs import TrainingJob, Workload, launch
+from harness.logs import follow_until
+from harness.metrics import WorkloadMetrics
 from harness.runner import Suite
 from harness.runner import main as run_suite
 from harness.testing import TestCase, TestContext
@@ -16,27 +21,95 @@ from harness.verdict import (
     check_stragglers,
     thresholds_for,
 )
+from harness.wait import pods_ready
+
+# Each workload's size names for WORKLOAD_SIZE tiny / base / large.
+SIZES = {
+    "bert": {"tiny": "tiny", "base": "base", "large": "large"},
+    "nanogpt": {"tiny": "tiny", "base": "small", "large": "gpt2"},
+    "mnist": {"tiny": "tiny", "base": "full", "large": "full"},
+}
 
 
-def workload_size(cfg: Config) -> str:
+def workload_size(cfg: Config, workload: str) -> str:
     """WORKLOAD_SIZE, else tiny on CPU clusters and base (the upstream BERT shape) on GPUs."""
-    return cfg.workload_size or ("tiny" if cfg.accelerator == "cpu" else "base")
+    size = cfg.workload_size or ("tiny" if cfg.accelerator == "cpu" else "base")
+    return SIZES[workload][size]
 
 
-def test_bert_training(t: TestContext) -> None:
-    """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank."""
-    job = launch(t, Workload("bert-training", "workloads.bert", ("--size", workload_size(t.cfg))))
-    job.wait_succeeded()
+def assess_training(t: TestContext, job: TrainingJob, throughput_key: str, unit: str) -> WorkloadMetrics:
+    """The shared verdict: every rank reported, loss decreased, no straggler."""
     metrics = job.metrics()
     job.report(metrics)
     check_all_ranks_reported(metrics, job.world_size)
     check_loss_decreased(metrics)
-    check_stragglers(metrics, "throughput", t.cfg.straggler_fraction, "samples/s")
+    check_stragglers(metrics, throughput_key, t.cfg.straggler_fraction, unit)
+    return metrics
+
+
+def test_bert_training(t: TestContext) -> None:
+    """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank."""
+    job = launch(t, Workload("bert-training", "workloads.bert", ("--size", workload_size(t.cfg, "bert"))))
+    job.wait_succeeded()
+    metrics = assess_training(t, job, "throughput", "samples/s")
     if t.cfg.min_throughput_per_gpu is not None:
         minimum, source = t.cfg.min_throughput_per_gpu, "MIN_THROUGHPUT_PER_GPU"
     else:
         minimum, source = thresholds_for(t.cfg.node_type).bert_samples_per_gpu, f"{t.cfg.node_type} table"
     check_minimum(metrics, "throughput", minimum, "samples/s", source)
+
+
+def test_nanogpt_training(t: TestContext) -> None:
+    """A GPT (nanoGPT-style) with DDP and gradient accumulation; MFU reported where the GPU is known."""
+    job = launch(t, Workload("nanogpt-training", "workloads.nanogpt",
+                             ("--size", workload_size(t.cfg, "nanogpt"))))
+    job.wait_succeeded()
+    assess_training(t, job, "tokens_per_s", "tokens/s")
+
+
+def test_mnist_training(t: TestContext) -> None:
+    """The SMDDP MNIST CNN with Lightning's DDPStrategy (nccl on GPU, gloo on CPU)."""
+    job = launch(t, Workload("mnist-training", "workloads.mnist", ("--size", workload_size(t.cfg, "mnist"))))
+    job.wait_succeeded()
+    assess_training(t, job, "samples_per_s", "samples/s")
+
+
+CHECKPOINT_EVERY = 5
+# Written by workloads.nanogpt on rank 0 after each checkpoint.
+CHECKPOINT_LINE = re.compile(r"saved checkpoint at step (\d+)")
+
+
+def test_elastic_recovery(t: TestContext) -> None:
+    """Elastic torchrun: a worker pod is deleted mid-training; the job resumes from its checkpoint."""
+    if t.cfg.node_count < 2:
+        t.skip("elastic recovery needs at least 2 nodes (a surviving worker hosts the rendezvous)")
+    size = workload_size(t.cfg, "nanogpt")
+    workload = Workload(
+        "nanogpt-elastic", "workloads.nanogpt",
+        ("--size", size, "--checkpoint-dir", "/tmp/kubetest2-training-checkpoints/nanogpt-elastic",
+         "--checkpoint-every", str(CHECKPOINT_EVERY), "--max-iters", str(8 * CHECKPOINT_EVERY)),
+        elastic=True, max_restarts=3, launcher="torchrun")
+    job = launch(t, workload)
+    job.wait(pods_ready(job.namespace, job.selector, job.node_count))
+    # Mid-training: after rank 0 wrote a checkpoint, delete the last worker pod.
+    worker0 = next(p for p in job.pods() if p["metadata"]["name"].startswith(f"{workload.job_name}-0-"))
+    line = follow_until(t.cluster, job.namespace, worker0["metadata"]["name"], CHECKPOINT_LINE,
+                        t.cfg.job_timeout, t.cancel)
+    victim = max(job.pods(), key=lambda p: p["metadata"]["name"])
+    t.logf("%s; deleting pod %s on node %s", line.strip(), victim["metadata"]["name"],
+           victim["spec"].get("nodeName"))
+    t.cluster.delete(POD, victim["metadata"]["name"], job.namespace)
+    t.property("elastic.deleted_pod", victim["metadata"]["name"])
+    job.wait_succeeded()
+    metrics = assess_training(t, job, "tokens_per_s", "tokens/s")
+    resumed = [r.values.get("resumed_from_step") for r in metrics.ranks]
+    restarts = max(int(r.values.get("restart_count") or 0) for r in metrics.ranks)
+    t.property("elastic.restart_count", restarts)
+    t.property("elastic.resumed_from_step", max((s for s in resumed if s is not None), default="none"))
+    if restarts < 1 or not any(resumed):
+        raise TestFailure(f"elastic: the job finished without resuming from a checkpoint (restart count "
+                          f"{restarts}, resumed_from_step {resumed}); expected a restart that resumes "
+                          f"from step >= {CHECKPOINT_EVERY}")
 
 
 SUITE = Suite(
@@ -45,6 +118,9 @@ SUITE = Suite(
             "configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.",
     tests=(
         TestCase("TestBertTraining", test_bert_training),
+        TestCase("TestNanoGPTTraining", test_nanogpt_training),
+        TestCase("TestMNISTTraining", test_mnist_training),
+        TestCase("TestElasticRecovery", test_elastic_recovery),
     ),
 )
 
