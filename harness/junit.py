@@ -112,3 +112,37 @@ def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
         merged.setdefault(key, value)
     if merged != existing:
         _atomic_write(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode())
+
+
+# Metrics shown in the end-of-run summary, when a test reported them.
+SUMMARY_METRICS = ("throughput", "tokens_per_s", "samples_per_s", "busbw_avg", "mfu", "loss_last", "accuracy")
+
+
+def summarize(path: Path) -> str:
+    """A short human summary of a JUnit file: each test's verdict, time, key metrics, reason."""
+    root = ET.parse(path).getroot()
+    lines = []
+    for suite in root.iter("testsuite"):
+        lines.append(f"{suite.get('name')}: {suite.get('tests')} tests, {suite.get('failures')} failed, "
+                     f"{suite.get('errors')} errors, {suite.get('skipped')} skipped")
+        for case in suite.iter("testcase"):
+            verdict = "PASS"
+            reason = ""
+            for tag in ("failure", "error", "skipped"):
+                element = case.find(tag)
+                if element is not None:
+                    verdict = {"failure": "FAIL", "error": "ERROR", "skipped": "SKIP"}[tag]
+                    reason = (element.get("message") or "").splitlines()[0] if element.get("message") else ""
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            shown = [f"{key} {props[f'metrics.{key}.median']} (median of {props.get(f'metrics.{key}.count')})"
+                     for key in SUMMARY_METRICS if f"metrics.{key}.median" in props]
+            lines.append(f"  {verdict:<5} {case.get('name')} ({float(case.get('time') or 0):.1f}s)"
+                         + (f": {'; '.join(shown)}" if shown else "") + (f" - {reason}" if reason else ""))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    for arg in sys.argv[1:]:
+        print(summarize(Path(arg)))

@@ -43,7 +43,7 @@ def test_positional_argument_is_usage_error():
 
 
 def test_missing_value_is_usage_error():
-    with pytest.raises(UsageError, match="flag needs an argument: -test.run"):
+    with pytest.raises(UsageError, match=r"flag needs an argument: -test\.run"):
         parse_args(["-test.run"])
 
 

@@ -107,3 +107,14 @@ def test_every_setting_is_reachable():
     for setting in SETTINGS:
         assert setting.env or setting.flags, setting.name
         assert setting.help and setting.expected
+
+
+def test_readme_documents_every_setting():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for setting in SETTINGS:
+        if setting.group != "config":
+            continue
+        spelled = [f"`{setting.env}`"] if setting.env else [f"`--{f}`" for f in setting.flags]
+        assert any(s in readme for s in spelled), f"README lacks {spelled}"

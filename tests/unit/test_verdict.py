@@ -49,7 +49,7 @@ def test_threshold_missed_states_measured_and_expected():
 
 def test_loss_must_decrease():
     metrics = WorkloadMetrics("bert", [RankMetrics(0, {"loss_first": 5.3, "loss_last": 5.4}, "n0", "p0")])
-    with pytest.raises(TestFailure, match="loss did not decrease on rank 0 .*first 5.3000, last 5.4000"):
+    with pytest.raises(TestFailure, match=r"loss did not decrease on rank 0 .*first 5\.3000, last 5\.4000"):
         check_loss_decreased(metrics)
 
 
