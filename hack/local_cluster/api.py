@@ -7,6 +7,7 @@ patch and watch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import urllib.error
@@ -85,10 +86,8 @@ class ApiClient:
             return urllib.request.urlopen(request, context=self._context(), timeout=timeout_s)
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")
-            try:
+            with contextlib.suppress(ValueError):
                 detail = json.loads(detail).get("message", detail)
-            except ValueError:
-                pass
             raise ApiError(f"{method} {path}", error.code, detail) from None
 
     def get(self, kind: str, name: str = "", namespace: str = "", **query: str) -> Any:

@@ -80,7 +80,8 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
         rows = cluster.status()
         print(f"{'COMPONENT':<24}{'PID':>8}{'PORT':>7}  HEALTHY")
         for row in rows:
-            print(f"{row['name']:<24}{row['pid'] or '-':>8}{row['port'] or '-':>7}  {'yes' if row['healthy'] else 'no'}")
+            healthy = "yes" if row["healthy"] else "no"
+            print(f"{row['name']:<24}{row['pid'] or '-':>8}{row['port'] or '-':>7}  {healthy}")
         print(f"state: {settings.state_dir}")
         print(f"kubeconfig: {settings.kubeconfig}")
         return 0 if all(row["healthy"] for row in rows) else 1

@@ -182,7 +182,8 @@ class LocalCluster:
             return bool(managed) and all(nodes.node_is_ready(n) for n in managed)
 
         def node_states() -> str:
-            return ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)}" for n in nodes.managed_nodes(api))
+            managed = nodes.managed_nodes(api)
+            return ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)}" for n in managed)
 
         wait_until(nodes_ready, self.settings.wait_timeout_s, "the nodes to be Ready", node_states)
         wait_until(lambda: api.get_or_none("ServiceAccount", "default", "default") is not None,

@@ -30,6 +30,7 @@ from .pki import Pki
 ANNOTATION_PREFIX = "kubetest2-training.local/"
 CANNED_LOG_ANNOTATION = ANNOTATION_PREFIX + "canned-log"
 FAIL_ANNOTATION = ANNOTATION_PREFIX + "fail"
+LOGS_READY_ANNOTATION = ANNOTATION_PREFIX + "logs-ready"
 FIELD_MANAGER = "kubetest2-training-node-agent"
 # The canned log of a pod whose failure is injected, unless the pod names one.
 FAILURE_CANNED_LOG = "bert-mpirun-missing-env"
@@ -124,6 +125,11 @@ class NodeAgent:
             },
             "spec": {"logs": entries},
         }, FIELD_MANAGER)
+        # kwok starts a pod only once it carries this annotation (stage pod-ready), as a kubelet
+        # starts containers only once it can log them: pods/log never misses a running container.
+        if annotations.get(LOGS_READY_ANNOTATION) != "true":
+            self.api.merge_patch("Pod", meta["name"], {"metadata": {"annotations": {LOGS_READY_ANNOTATION: "true"}}},
+                                 meta["namespace"])
         self.handled_uids.add(meta["uid"])
 
     def canned_lines(self, annotations: dict[str, str], container: str) -> list[str]:

@@ -7,6 +7,7 @@ same command line. Nothing here ever signals a process by name or group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -106,7 +107,5 @@ def _runs(pid: int, argv: list[str]) -> bool:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -1,0 +1,227 @@
+"""Integration fixtures: the local cluster (hack/local-cluster), a namespace per test, diagnostics.
+
+- `cluster` (session): brings the local cluster up once (`hack/local-cluster up`) and yields a
+  `LocalCluster` handle (kubeconfig path, API clients, node controls). It brings the cluster down
+  at the end only if this session started it, and never with KT2T_KEEP_CLUSTER=1.
+- `namespace` (per test): a fresh namespace whose `default` ServiceAccount exists; deleted after
+  the test unless KT2T_KEEP_NAMESPACES=1.
+- On a test failure the pods (status), events and container logs of its namespace are appended
+  to the failure report and written to `$ARTIFACTS/integration/<test>/diagnostics.txt`
+  (default `_artifacts/`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
+DEFAULT_NODE_SHAPE = ("cpu", 2, 0)
+
+
+def run_local_cluster(*args: str, env: dict[str, str] | None = None, timeout_s: float = 3600) -> str:
+    """Runs hack/local-cluster; returns its stdout; fails the test with stderr when it fails."""
+    result = subprocess.run([str(LOCAL_CLUSTER), *args], capture_output=True, text=True, env=env,
+                            timeout=timeout_s, check=False)
+    if result.returncode != 0:
+        pytest.fail(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result.stdout
+
+
+@dataclass
+class LocalCluster:
+    """Handle on the running local cluster, as the `cluster` fixture yields it."""
+
+    kubeconfig: Path
+    api: client.ApiClient
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def set_nodes(self, shape: str, count: int, efa: int = 0) -> None:
+        """Replaces the fake nodes (`hack/local-cluster nodes`); returns once they are Ready."""
+        run_local_cluster("nodes", "--shape", shape, "--count", str(count), "--efa", str(efa))
+
+    def set_node_ready(self, node: str, ready: bool) -> None:
+        """Turns a node NotReady (kwok stage) or Ready again; returns once the node says so."""
+        run_local_cluster("node-ready" if ready else "node-not-ready", node)
+
+
+def cluster_is_running() -> bool:
+    return subprocess.run([str(LOCAL_CLUSTER), "status"], capture_output=True, check=False).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    started_here = not cluster_is_running()
+    kubeconfig = Path(run_local_cluster("up").strip().splitlines()[-1])
+    assert kubeconfig.is_absolute(), f"hack/local-cluster up printed {kubeconfig}, not an absolute path"
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    handle = LocalCluster(kubeconfig, api)
+    try:
+        yield handle
+    finally:
+        api.close()
+        if started_here and os.environ.get("KT2T_KEEP_CLUSTER") != "1":
+            run_local_cluster("down")
+
+
+@pytest.fixture
+def default_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """For tests that change the nodes: puts the default nodes (2 cpu) back afterwards."""
+    try:
+        yield cluster
+    finally:
+        cluster.set_nodes(*DEFAULT_NODE_SHAPE)
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"it-{re.sub(r'[^a-z0-9]+', '-', request.node.name.lower())[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
+    core = cluster.core
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=name, labels={"app.kubernetes.io/managed-by": "kubetest2-training-integration"})))
+    # Pods are rejected until the namespace's `default` ServiceAccount exists.
+    wait_for(lambda: _service_account_exists(core, name), 60, f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        if os.environ.get("KT2T_KEEP_NAMESPACES") != "1":
+            core.delete_namespace(name, propagation_policy="Background")
+
+
+def _service_account_exists(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+        return True
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.2) -> Any:
+    """Polls until condition() returns something truthy, which it returns; fails naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def watch_pods(core: client.CoreV1Api, namespace: str, until: Callable[[client.V1Pod], bool],
+               timeout_s: float, what: str, label_selector: str = "") -> client.V1Pod:
+    """Watches the namespace's pods until one satisfies `until`; returns it (fails on timeout).
+
+    Lists first (the pod may already be there), then watches from the list's version.
+    """
+    last_seen: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    pods = core.list_namespaced_pod(namespace, label_selector=label_selector)
+    for pod in pods.items:
+        if until(pod):
+            return pod
+    version = pods.metadata.resource_version
+    while time.monotonic() < deadline:
+        stream = watch.Watch()
+        remaining = max(1, int(deadline - time.monotonic()))
+        for event in stream.stream(core.list_namespaced_pod, namespace, label_selector=label_selector,
+                                   resource_version=version, timeout_seconds=remaining):
+            pod = event["object"]
+            version = pod.metadata.resource_version
+            last_seen[pod.metadata.name] = describe_pod(pod)
+            if event["type"] != "DELETED" and until(pod):
+                stream.stop()
+                return pod
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}; last seen: {last_seen}")
+
+
+def describe_pod(pod: client.V1Pod) -> str:
+    """One line: phase, node and each container's state, for messages and diagnostics."""
+    states = []
+    for status in pod.status.container_statuses or []:
+        state = status.state
+        if state.terminated:
+            detail = f"terminated {state.terminated.reason} exit={state.terminated.exit_code}"
+        elif state.waiting:
+            detail = f"waiting {state.waiting.reason}"
+        else:
+            detail = "running" if state.running else "unknown"
+        states.append(f"{status.name}: {detail} restarts={status.restart_count}")
+    return f"phase={pod.status.phase} node={pod.spec.node_name} [{'; '.join(states)}]"
+
+
+# ---- diagnostics on failure ----------------------------------------------------------------------
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    cluster = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
+    namespace = item.funcargs.get("namespace") if hasattr(item, "funcargs") else None
+    if not isinstance(cluster, LocalCluster) or not isinstance(namespace, str):
+        return
+    try:
+        text = collect_diagnostics(cluster, namespace)
+    except Exception as error:  # diagnostics must never hide the test's own failure
+        text = f"(collecting diagnostics failed: {error!r})"
+    report.sections.append((f"diagnostics of namespace {namespace}", text))
+    artifacts = Path(os.environ.get("ARTIFACTS", REPO / "_artifacts")) / "integration"
+    target = artifacts / re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "diagnostics.txt").write_text(text)
+
+
+def collect_diagnostics(cluster: LocalCluster, namespace: str) -> str:
+    """Pods with their state, the namespace's events in order, and every container's log."""
+    core = cluster.core
+    lines = [f"== pods in {namespace}"]
+    pods = core.list_namespaced_pod(namespace).items
+    for pod in pods:
+        lines.append(f"{pod.metadata.name}: {describe_pod(pod)}")
+        for condition in pod.status.conditions or []:
+            if condition.status != "True":
+                lines.append(f"  condition {condition.type}={condition.status} {condition.reason or ''} "
+                             f"{condition.message or ''}")
+    lines.append(f"== events in {namespace}")
+    events = core.list_namespaced_event(namespace).items
+    events.sort(key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+    for event in events:
+        involved = f"{event.involved_object.kind}/{event.involved_object.name}"
+        lines.append(f"{event.type} {event.reason} {involved}: {event.message}")
+    for pod in pods:
+        for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+            lines.append(f"== log of {pod.metadata.name} container {container.name} (last 50 lines)")
+            try:
+                lines.append(core.read_namespaced_pod_log(pod.metadata.name, namespace,
+                                                          container=container.name, tail_lines=50))
+            except ApiException as error:
+                lines.append(f"(no log: {error.status} {error.reason})")
+    return "\n".join(lines)

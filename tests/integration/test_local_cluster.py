@@ -1,0 +1,332 @@
+"""The local cluster itself (hack/local-cluster): nodes, pods through kwok's stages, logs, MPIJob, down.
+
+Pods here are kwok's: they run nothing, their logs are canned (hack/canned-logs/).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from .conftest import LOCAL_CLUSTER, REPO, LocalCluster, describe_pod, run_local_cluster, wait_for, watch_pods
+
+pytestmark = pytest.mark.integration
+
+CANNED_LOGS = REPO / "hack" / "canned-logs"
+ANNOTATION = "kubetest2-training.local/"
+
+
+def job(name: str, annotations: dict[str, str] | None = None, containers: int = 1,
+        restart_policy: str = "Never", backoff_limit: int = 0, gpus: int = 0) -> client.V1Job:
+    resources = client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)}) if gpus else None
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1JobSpec(
+            backoff_limit=backoff_limit,
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(annotations=annotations or {}, labels={"test-job": name}),
+                spec=client.V1PodSpec(restart_policy=restart_policy, containers=[
+                    client.V1Container(name=f"c{i}", image="registry.invalid/never-pulled:1",
+                                       command=["python", "train.py"], resources=resources)
+                    for i in range(containers)]))))
+
+
+def canned(name: str) -> list[str]:
+    return (CANNED_LOGS / f"{name}.log").read_text().splitlines()
+
+
+# ---- nodes ---------------------------------------------------------------------------------------
+
+
+def node_ready(node: client.V1Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def test_default_nodes_are_ready_cpu_nodes(cluster: LocalCluster):
+    nodes = cluster.core.list_node(label_selector="kubetest2-training.local/node").items
+    assert len(nodes) == 2
+    for node in nodes:
+        assert node_ready(node), node.metadata.name
+        assert node.metadata.labels["node.kubernetes.io/instance-type"] == "kwok-cpu"
+        assert node.metadata.labels["type"] == "kwok"
+        assert node.status.capacity["cpu"] == "16"
+        assert node.status.capacity["memory"] == "64Gi"
+        assert "nvidia.com/gpu" not in node.status.capacity
+        assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == ["127.0.0.1"]
+
+
+def test_gpu_nodes_with_efa(default_nodes: LocalCluster):
+    default_nodes.set_nodes("gpu", 3, efa=4)
+    nodes = default_nodes.core.list_node(label_selector="kubetest2-training.local/node").items
+    assert sorted(n.metadata.name for n in nodes) == ["kwok-gpu-0", "kwok-gpu-1", "kwok-gpu-2"]
+    for node in nodes:
+        assert node_ready(node)
+        assert node.metadata.labels["node.kubernetes.io/instance-type"] == "p4d.24xlarge"
+        assert node.status.capacity["nvidia.com/gpu"] == "8"
+        assert node.status.allocatable["nvidia.com/gpu"] == "8"
+        assert node.status.capacity["vpc.amazonaws.com/efa"] == "4"
+
+
+def test_node_not_ready_then_ready(default_nodes: LocalCluster):
+    default_nodes.set_node_ready("kwok-cpu-1", ready=False)
+    node = default_nodes.core.read_node("kwok-cpu-1")
+    ready = next(c for c in node.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "KubeletNotReady")
+    assert node_ready(default_nodes.core.read_node("kwok-cpu-0"))
+    default_nodes.set_node_ready("kwok-cpu-1", ready=True)
+    assert node_ready(default_nodes.core.read_node("kwok-cpu-1"))
+
+
+# ---- namespaces, jobs, failures ------------------------------------------------------------------
+
+
+def test_fresh_namespace_has_default_service_account(cluster: LocalCluster, namespace: str):
+    assert cluster.core.read_namespaced_service_account("default", namespace).metadata.name == "default"
+
+
+def test_job_completes(cluster: LocalCluster, namespace: str):
+    cluster.batch.create_namespaced_job(namespace, job("ok", {ANNOTATION + "run-duration": "1s"}, containers=2))
+
+    def complete() -> bool:
+        status = cluster.batch.read_namespaced_job_status("ok", namespace).status
+        return any(c.type == "Complete" and c.status == "True" for c in status.conditions or [])
+
+    wait_for(complete, 30, "Job ok to complete")
+    pod = cluster.core.list_namespaced_pod(namespace, label_selector="test-job=ok").items[0]
+    assert pod.status.phase == "Succeeded", describe_pod(pod)
+    assert [s.state.terminated.exit_code for s in pod.status.container_statuses] == [0, 0]
+
+
+def test_injected_exit_code(cluster: LocalCluster, namespace: str):
+    annotations = {ANNOTATION + "fail": "exit-code", ANNOTATION + "exit-code": "3", ANNOTATION + "run-duration": "1s"}
+    cluster.batch.create_namespaced_job(namespace, job("exit", annotations))
+    pod = watch_pods(cluster.core, namespace, lambda p: p.status.phase == "Failed", 30, "pod Failed")
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (3, "Error")
+
+
+def test_injected_oom(cluster: LocalCluster, namespace: str):
+    cluster.batch.create_namespaced_job(namespace, job("oom", {ANNOTATION + "fail": "oom"}))
+    pod = watch_pods(cluster.core, namespace, lambda p: p.status.phase == "Failed", 30, "pod Failed")
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
+
+
+def test_injected_image_pull_error(cluster: LocalCluster, namespace: str):
+    cluster.batch.create_namespaced_job(namespace, job("pull", {ANNOTATION + "fail": "image-pull"}))
+
+    def backing_off(pod: client.V1Pod) -> bool:
+        statuses = pod.status.container_statuses or []
+        return bool(statuses) and statuses[0].state.waiting is not None \
+            and statuses[0].state.waiting.reason == "ImagePullBackOff"
+
+    pod = watch_pods(cluster.core, namespace, backing_off, 30, "ImagePullBackOff")
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.running is None
+    reasons = {e.reason for e in cluster.core.list_namespaced_event(namespace).items}
+    assert "Failed" in reasons
+
+
+def test_injected_crash_loop(cluster: LocalCluster, namespace: str):
+    annotations = {ANNOTATION + "fail": "crashloop", ANNOTATION + "run-duration": "500ms"}
+    cluster.batch.create_namespaced_job(namespace, job("crash", annotations, restart_policy="OnFailure",
+                                                       backoff_limit=20))
+
+    def looping_twice(pod: client.V1Pod) -> bool:
+        statuses = pod.status.container_statuses or []
+        return bool(statuses) and statuses[0].restart_count >= 2 and statuses[0].state.waiting is not None \
+            and statuses[0].state.waiting.reason == "CrashLoopBackOff"
+
+    pod = watch_pods(cluster.core, namespace, looping_twice, 40, "CrashLoopBackOff with 2 restarts")
+    last = pod.status.container_statuses[0].last_state.terminated
+    assert (last.exit_code, last.reason) == (1, "Error")
+    assert pod.status.phase == "Running"
+    # The crashed run's log, as `kubectl logs --previous` shows it.
+    previous = cluster.core.read_namespaced_pod_log(pod.metadata.name, namespace, previous=True)
+    assert previous.splitlines() == canned("bert-mpirun-missing-env")
+
+
+def test_unschedulable_when_asking_more_gpus_than_a_node_has(default_nodes: LocalCluster, namespace: str):
+    default_nodes.set_nodes("gpu", 2)
+    default_nodes.batch.create_namespaced_job(namespace, job("big", gpus=9))
+
+    def unschedulable(pod: client.V1Pod) -> bool:
+        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions or [])
+
+    pod = watch_pods(default_nodes.core, namespace, unschedulable, 30, "PodScheduled=False Unschedulable")
+    message = next(c.message for c in pod.status.conditions if c.type == "PodScheduled")
+    assert "nvidia.com/gpu" in message
+
+
+def test_deleting_a_running_pod_removes_it(cluster: LocalCluster, namespace: str):
+    cluster.batch.create_namespaced_job(namespace, job("worker", {ANNOTATION + "run-duration": "10m"}, backoff_limit=1))
+    pod = watch_pods(cluster.core, namespace, lambda p: p.status.phase == "Running", 30, "pod Running")
+    cluster.core.delete_namespaced_pod(pod.metadata.name, namespace)
+
+    def gone() -> bool:
+        names = [p.metadata.name for p in cluster.core.list_namespaced_pod(namespace).items]
+        return pod.metadata.name not in names
+
+    wait_for(gone, 30, f"pod {pod.metadata.name} to be deleted")
+    # The Job saw a failed pod and made a replacement, as on a real cluster.
+    watch_pods(cluster.core, namespace, lambda p: p.metadata.name != pod.metadata.name, 30, "replacement pod")
+
+
+# ---- logs ----------------------------------------------------------------------------------------
+
+
+def test_canned_logs_through_pods_log_for_each_container(cluster: LocalCluster, namespace: str):
+    annotations = {ANNOTATION + "canned-log": "bert-mpirun-32ranks",
+                   ANNOTATION + "canned-log-c1": "bert-mpirun-missing-env"}
+    cluster.batch.create_namespaced_job(namespace, job("logs", annotations, containers=2))
+    pod = watch_pods(cluster.core, namespace, lambda p: p.status.phase in ("Running", "Succeeded"), 30,
+                     "pod started")
+    name = pod.metadata.name
+    core = cluster.core
+    # The node agent writes the log files when it sees the pod bound; give it a moment.
+    wait_for(lambda: core.read_namespaced_pod_log(name, namespace, container="c0"), 10, "c0's log")
+    assert core.read_namespaced_pod_log(name, namespace, container="c0").splitlines() == canned("bert-mpirun-32ranks")
+    assert core.read_namespaced_pod_log(name, namespace, container="c1").splitlines() == \
+        canned("bert-mpirun-missing-env")
+    tail = core.read_namespaced_pod_log(name, namespace, container="c0", tail_lines=1)
+    assert tail.splitlines() == canned("bert-mpirun-32ranks")[-1:]
+    stamped = core.read_namespaced_pod_log(name, namespace, container="c0", timestamps=True).splitlines()
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z \[1,31\]<stdout>:Process 31", stamped[0])
+
+
+def test_default_canned_log_is_the_bert_run(cluster: LocalCluster, namespace: str):
+    cluster.batch.create_namespaced_job(namespace, job("plain"))
+    started = ("Running", "Succeeded")
+    pod = watch_pods(cluster.core, namespace, lambda p: p.status.phase in started, 30, "started")
+    lines = wait_for(lambda: cluster.core.read_namespaced_pod_log(pod.metadata.name, namespace), 10, "log")
+    assert lines.splitlines() == canned("bert-mpirun-32ranks")
+
+
+# ---- MPIJob --------------------------------------------------------------------------------------
+
+
+def mpijob(name: str, workers: int = 2) -> dict:
+    def pod_template(container: str) -> dict:
+        image = "registry.invalid/never-pulled:1"
+        return {"spec": {"containers": [{"name": container, "image": image, "command": ["mpirun", "train.py"]}]}}
+
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "slotsPerWorker": 1,
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": pod_template("launcher")},
+                "Worker": {"replicas": workers, "template": pod_template("worker")},
+            },
+        },
+    }
+
+
+def test_mpijob_crd_installed_and_accepted(cluster: LocalCluster, namespace: str):
+    crd = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition("mpijobs.kubeflow.org")
+    assert "v2beta1" in [v.name for v in crd.spec.versions if v.served]
+    created = cluster.custom.create_namespaced_custom_object(
+        "kubeflow.org", "v2beta1", namespace, "mpijobs", mpijob("dry"), dry_run="All")
+    assert created["metadata"]["name"] == "dry"
+
+
+def test_mpijob_runs_to_success_through_mpi_operator(cluster: LocalCluster, namespace: str):
+    cluster.custom.create_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs", mpijob("run"))
+
+    def succeeded() -> bool:
+        status = cluster.custom.get_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs", "run")
+        conditions = status.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
+
+    wait_for(succeeded, 60, "MPIJob run to succeed")
+    launcher = cluster.batch.read_namespaced_job("run-launcher", namespace)
+    assert launcher.status.succeeded == 1
+
+
+# ---- the command itself --------------------------------------------------------------------------
+
+
+def test_up_again_is_fast_and_changes_nothing(cluster: LocalCluster):
+    before = run_local_cluster("status")
+    started = time.monotonic()
+    kubeconfig = run_local_cluster("up").strip().splitlines()[-1]
+    assert time.monotonic() - started < 15
+    assert Path(kubeconfig) == cluster.kubeconfig
+    assert run_local_cluster("status") == before
+
+
+def listening_addresses(pids: set[int]) -> set[str]:
+    """host:port of every TCP socket in LISTEN state that one of `pids` holds (from /proc)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    addresses = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                host_hex, port_hex = fields[1].split(":")
+                host = ".".join(str(int(host_hex[i:i + 2], 16)) for i in (6, 4, 2, 0)) if width == 8 else host_hex
+                addresses.add(f"{host}:{int(port_hex, 16)}")
+    return addresses
+
+
+def component_pids(status_output: str) -> dict[str, int]:
+    pids = {}
+    for line in status_output.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 2 and fields[1].isdigit():
+            pids[fields[0]] = int(fields[1])
+    return pids
+
+
+def test_every_listener_is_on_loopback(cluster: LocalCluster):
+    pids = component_pids(run_local_cluster("status"))
+    assert set(pids) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+                         "mpi-operator", "node-agent"}
+    addresses = listening_addresses(set(pids.values()))
+    assert addresses, "no listening socket found"
+    assert all(a.startswith("127.0.0.1:") for a in addresses), addresses
+
+
+def test_a_second_cluster_comes_up_and_down_leaves_no_process(tmp_path: Path):
+    # A separate state folder and ports, so the session's cluster is untouched.
+    env = {**os.environ, "KT2T_STATE": str(tmp_path / "cluster")}
+    offsets = {"ETCD": 23791, "ETCD_PEER": 23801, "KUBE_APISERVER": 26444, "KUBE_CONTROLLER_MANAGER": 20267,
+               "KUBE_SCHEDULER": 20269, "KWOK": 20251, "MPI_OPERATOR": 20281}
+    env.update({f"KT2T_PORT_{name}": str(port) for name, port in offsets.items()})
+    kubeconfig = Path(run_local_cluster("up", env=env).strip().splitlines()[-1])
+    try:
+        assert kubeconfig == tmp_path / "cluster" / "kubeconfig"
+        with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+            nodes = client.CoreV1Api(api).list_node().items
+        assert len(nodes) == 2 and all(node_ready(n) for n in nodes)
+        pids = component_pids(run_local_cluster("status", env=env))
+        assert len(pids) == 7
+    finally:
+        subprocess.run([str(LOCAL_CLUSTER), "down"], env=env, capture_output=True, check=False)
+    assert all(not _alive(pid) for pid in pids.values()), {n: p for n, p in pids.items() if _alive(p)}
+    assert not (tmp_path / "cluster").exists()
+    status = subprocess.run([str(LOCAL_CLUSTER), "status"], env=env, capture_output=True, text=True, check=False)
+    assert status.returncode == 1
+
+
+def _alive(pid: int) -> bool:
+    """True if pid runs (a zombie has exited: only its parent's wait is missing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
