@@ -1,0 +1,171 @@
+"""CPU benchmark of the workloads at fixed configurations; prints `name: value unit` lines.
+
+- BERT (bert-base shape, seq 128, batch 8, AdamW, fp32): the upstream aws-k8s-tester train.py loop
+  reimplemented here (random init instead of the hub download, its dummy padded sentences, AdamW
+  lr 1e-3, eager DDP) next to `python -m workloads.bert` at the same shape, then ours with its
+  defaults (bf16 autocast where the CPU has it) and with tcmalloc preloaded.
+- GPT at nanoGPT's n_layer 4, n_head 4, n_embd 256, block 256, batch 8: tokens/s and ms/iter,
+  fp32 (what nanoGPT's train.py runs on CPU: its autocast context is a no-op there) and bf16.
+- all-reduce bus bandwidth over gloo between 2 processes.
+
+Every measurement runs in a fresh process (clean allocator, same thread count) and leaves the first
+step out of the timing. Usage: python bench/workloads.py [--steps N] [--only bert,gpt,allreduce]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TCMALLOC_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+)
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NUM_GPUS_PER_NODE")
+
+
+def bench_env(preload: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("OMPI_")}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["NUM_GPUS_PER_NODE"] = "0"  # a CPU benchmark even where a GPU exists
+    env.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> list[dict]:
+    """Run a command and return its KT2T_METRICS records (rank order)."""
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    records = [json.loads(ln.split(" ", 1)[1]) for ln in proc.stdout.splitlines() if ln.startswith("KT2T_METRICS ")]
+    return sorted(records, key=lambda r: r.get("rank", 0))
+
+
+def workload(name: str, *args: str, preload: str | None = None) -> dict:
+    return run([sys.executable, "-m", f"workloads.{name}", *args], bench_env(preload))[0]
+
+
+def report(name: str, value: float, unit: str) -> None:
+    print(f"{name}: {value:.2f} {unit}", flush=True)
+
+
+def upstream_bert(steps: int) -> None:
+    """The upstream train.py training loop, unchanged but for what needs the network or a GPU.
+
+    Changes: the model is built from BertConfig() (bert-base-uncased's shape, random init) instead of
+    from_pretrained; the dummy sentences are random ids laid out like its tokenizer output (CLS, 8
+    tokens, SEP, padding to 128, labels = input ids); CPU/gloo instead of cuda:local_rank/NCCL; only
+    the first `steps` batches of its 100 samples run. Prints a KT2T_METRICS-style record.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+    from transformers import BertConfig, BertForPreTraining
+
+    torch.manual_seed(0)
+    num_samples, max_length = 100, 128
+    input_ids = torch.zeros(num_samples, max_length, dtype=torch.long)
+    input_ids[:, 0] = 101  # [CLS]
+    input_ids[:, 1:9] = torch.randint(1000, 30522, (num_samples, 8))
+    input_ids[:, 9] = 102  # [SEP]
+    attention_mask = (input_ids != 0).long()
+    labels = input_ids.detach().clone()
+    next_sentence_labels = torch.randint(0, 2, (num_samples,))
+    dataset = TensorDataset(input_ids, attention_mask, labels, next_sentence_labels)
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    model = BertForPreTraining(BertConfig())
+    ddp_model = DDP(model)
+    train_dataloader = DataLoader(dataset, batch_size=8)
+    optimizer = torch.optim.AdamW(ddp_model.parameters(), lr=0.001)
+
+    ddp_model.train()
+    start_time = time.perf_counter()
+    for step, batch in enumerate(train_dataloader):
+        if step == 1:  # like ours: the first step (allocator, kernel selection) is not timed
+            start_time = time.perf_counter()
+        if step == steps:
+            break
+        optimizer.zero_grad()
+        inputs, masks, labels_, nsp = batch
+        outputs = ddp_model(input_ids=inputs, attention_mask=masks, labels=labels_, next_sentence_label=nsp)
+        loss = outputs.loss
+        loss.backward()
+        optimizer.step()
+    training_time = time.perf_counter() - start_time
+    throughput = (steps - 1) * 8 / training_time
+    print("KT2T_METRICS " + json.dumps({"throughput": throughput, "training_time": training_time}), flush=True)
+    dist.destroy_process_group()
+
+
+def bench_bert(steps: int, tcmalloc: str | None) -> None:
+    upstream = run([sys.executable, __file__, "--upstream-bert", str(steps)], bench_env())[0]
+    report("bert_base_seq128_b8_upstream_recipe_fp32", upstream["throughput"], "samples/s")
+    common = ("--size", "base", "--steps", str(steps), "--untimed-steps", "1")
+    ours = workload("bert", *common, "--precision", "fp32")
+    report("bert_base_seq128_b8_ours_fp32", ours["throughput"], "samples/s")
+    report("bert_base_fp32_ours_vs_upstream", ours["throughput"] / upstream["throughput"], "x")
+    ours_default = workload("bert", *common)
+    report(f"bert_base_seq128_b8_ours_{ours_default['precision']}", ours_default["throughput"], "samples/s")
+    if tcmalloc:
+        fast = workload("bert", *common, preload=tcmalloc)
+        report(f"bert_base_seq128_b8_ours_{fast['precision']}_tcmalloc", fast["throughput"], "samples/s")
+
+
+def bench_gpt(iters: int, tcmalloc: str | None) -> None:
+    common = ("--size", "small", "--max-iters", str(iters), "--log-interval", "1000000")
+    variants = [("fp32", None), ("auto", None)] + ([("auto", tcmalloc)] if tcmalloc else [])
+    for precision, preload in variants:
+        m = workload("nanogpt", *common, "--precision", precision, preload=preload)
+        name = f"gpt_l4_h4_e256_b256_bs8_{m['precision']}" + ("_tcmalloc" if preload else "")
+        report(f"{name}_tokens_per_s", m["tokens_per_s"], "tokens/s")
+        report(f"{name}_ms_per_iter", m["ms_per_iter"], "ms/iter")
+
+
+def bench_allreduce(max_bytes: str) -> None:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        "-m", "workloads.allreduce", "--max-bytes", max_bytes, "-n", "10", "-w", "3",
+    ]  # fmt: skip
+    m = run(cmd, bench_env())[0]
+    report(f"allreduce_gloo_2proc_8B_{max_bytes}_busbw_avg", m["busbw_avg"], "GB/s")
+    report(f"allreduce_gloo_2proc_8B_{max_bytes}_busbw_max", m["busbw_max"], "GB/s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5, help="BERT steps per measurement (first untimed)")
+    parser.add_argument("--gpt-iters", type=int, default=30, help="GPT iterations (first 5 untimed)")
+    parser.add_argument("--allreduce-max-bytes", default="64M")
+    parser.add_argument("--only", default="bert,gpt,allreduce", help="comma-separated subset")
+    parser.add_argument("--upstream-bert", type=int, metavar="STEPS", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.upstream_bert:
+        upstream_bert(args.upstream_bert)
+        return 0
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first is not timed)")
+    tcmalloc = next((p for p in TCMALLOC_CANDIDATES if Path(p).exists()), None)
+    if tcmalloc is None:
+        print("# tcmalloc not found (Debian: libtcmalloc-minimal4): skipping the preloaded variants")
+    selected = set(args.only.split(","))
+    if "bert" in selected:
+        bench_bert(args.steps, tcmalloc)
+    if "gpt" in selected:
+        bench_gpt(args.gpt_iters, tcmalloc)
+    if "allreduce" in selected:
+        bench_allreduce(args.allreduce_max_bytes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
