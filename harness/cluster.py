@@ -386,8 +386,8 @@ class WatchStream:
             return
         self._closed = True
         # shutdown() unblocks a read in progress in another thread; then free the connection.
-        # RuntimeError: the response was already released (read to its end).
-        with contextlib.suppress(AttributeError, OSError, RuntimeError):
+        # RuntimeError, ValueError: the response was already released, or its socket is gone.
+        with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
             self._response.shutdown()
         self._response.release_conn()
 

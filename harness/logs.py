@@ -191,6 +191,6 @@ def follow_until(cluster: Cluster, namespace: str, pod: str, pattern: re.Pattern
             if pattern.search(line):
                 return line
     finally:
-        with contextlib.suppress(AttributeError, OSError, RuntimeError):
+        with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
             response.shutdown()
         response.release_conn()

@@ -1,0 +1,249 @@
+"""The harness's cluster operations against the real API server of the local cluster.
+
+apply (core objects and an MPIJob), watch-based waits (success and every failure mode, injected
+through kwok), log capture of several pods and containers, deletion, discovery on both node
+shapes, and every manifest template checked by a server-side dry-run. Pods here are kwok's and
+their logs canned (hack/canned-logs/).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from harness.cancel import CancelToken
+from harness.cli import parse_args
+from harness.cluster import JOB, MANAGED_BY_LABEL, MPIJOB, POD, Cluster
+from harness.config import resolve
+from harness.discovery import discover
+from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
+from harness.logs import capture_pod_logs
+from harness.manifests import render
+from harness.wait import any_pod_failed, job_failed, job_succeeded, mpijob_succeeded, wait_for
+
+from .conftest import REPO, LocalCluster
+from .conftest import wait_for as poll
+
+pytestmark = pytest.mark.integration
+
+INJECT = "kubetest2-training.local/"
+LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "it"}
+
+
+@pytest.fixture
+def kube(cluster: LocalCluster) -> Cluster:
+    return Cluster.connect(str(cluster.kubeconfig), retry_budget=30)
+
+
+def job(name: str, namespace: str, annotations: dict[str, str] | None = None, containers: int = 1,
+        gpus: int = 0, completions: int = 1, restart_policy: str = "Never") -> dict:
+    resources = {"limits": {"nvidia.com/gpu": gpus}} if gpus else {}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+        "spec": {
+            "backoffLimit": 0 if restart_policy == "Never" else 6, "completions": completions,
+            "parallelism": completions,
+            "template": {
+                "metadata": {"labels": {**LABELS, "job": name}, "annotations": annotations or {}},
+                "spec": {"restartPolicy": restart_policy, "containers": [
+                    {"name": f"c{i}", "image": "registry.invalid/never-pulled:1", "command": ["train"],
+                     "resources": resources} for i in range(containers)]},
+            },
+        },
+    }
+
+
+def wait_job(kube: Cluster, namespace: str, name: str, grace: float = 1.0, timeout: float = 60) -> str:
+    return wait_for(kube, job_succeeded(namespace, name),
+                    fails_on=[job_failed(namespace, name), any_pod_failed(namespace, f"job={name}", grace)],
+                    timeout=timeout)
+
+
+def test_apply_is_idempotent_and_labels_survive(kube: Cluster, namespace: str):
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": "cm", "namespace": namespace, "labels": LABELS}, "data": {"a": "1"}}
+    first = kube.apply(config_map)
+    config_map["data"]["a"] = "2"
+    second = kube.apply(config_map)
+    assert second["data"] == {"a": "2"}
+    assert second["metadata"]["uid"] == first["metadata"]["uid"]
+    assert second["metadata"]["labels"][MANAGED_BY_LABEL] == "kubetest2-training"
+
+
+def test_job_success_is_seen_through_the_watch(kube: Cluster, namespace: str):
+    kube.apply(job("ok", namespace, {INJECT + "run-duration": "1s"}))
+    started = time.monotonic()
+    assert wait_job(kube, namespace, "ok") == "job ok succeeded"
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(("mode", "extra", "expected"), [
+    ("exit-code", {INJECT + "exit-code": "3"}, "exited with code 3"),
+    ("oom", {}, "OOMKilled on node"),
+    ("image-pull", {}, "ImagePull"),  # ErrImagePull, then ImagePullBackOff
+])
+def test_each_failure_fails_fast_naming_pod_and_node(kube: Cluster, namespace: str, mode, extra, expected):
+    kube.apply(job("bad", namespace, {INJECT + "fail": mode, **extra}))
+    started = time.monotonic()
+    with pytest.raises(JobFailed) as failure:
+        wait_job(kube, namespace, "bad", grace=1.0)
+    elapsed = time.monotonic() - started
+    assert expected in str(failure.value)
+    assert "on node kwok-" in str(failure.value)
+    assert failure.value.pod and failure.value.pod.startswith("bad-")
+    assert elapsed < 20, f"{mode}: verdict took {elapsed:.1f}s"
+
+
+def test_crash_loop_fails_fast(kube: Cluster, namespace: str):
+    kube.apply(job("crash", namespace, {INJECT + "fail": "crashloop", INJECT + "run-duration": "500ms"},
+                   restart_policy="OnFailure"))
+    with pytest.raises(JobFailed, match="CrashLoopBackOff"):
+        wait_job(kube, namespace, "crash")
+
+
+def test_unschedulable_fails_after_grace_quoting_the_scheduler(kube: Cluster, namespace: str):
+    kube.apply(job("big", namespace, gpus=99))
+    started = time.monotonic()
+    with pytest.raises(JobFailed, match=r"unschedulable for \d+s: .*nvidia.com/gpu"):
+        wait_job(kube, namespace, "big", grace=2.0)
+    assert time.monotonic() - started < 20
+
+
+def test_timeout_says_timeout_and_last_state(kube: Cluster, namespace: str):
+    kube.apply(job("slow", namespace, {INJECT + "run-duration": "10m"}))
+    with pytest.raises(WaitTimeout) as timeout:
+        wait_job(kube, namespace, "slow", timeout=3)
+    assert str(timeout.value).startswith("TIMEOUT: waited 3s for job slow to succeed")
+    assert "pod slow-" in str(timeout.value)
+
+
+def test_cancel_interrupts_a_wait_at_once(kube: Cluster, namespace: str):
+    from harness.errors import Interrupted
+
+    kube.apply(job("long", namespace, {INJECT + "run-duration": "10m"}))
+    cancel = CancelToken()
+    import threading
+
+    threading.Timer(1.0, cancel.cancel, args=("INTERRUPTED: received SIGTERM",)).start()
+    started = time.monotonic()
+    with pytest.raises(Interrupted, match="INTERRUPTED: received SIGTERM"):
+        wait_for(kube, job_succeeded(namespace, "long"), timeout=60, cancel=cancel)
+    assert time.monotonic() - started < 3
+
+
+def wait_for_log(cluster: LocalCluster, namespace: str, pod: str) -> None:
+    for container in ("c0", "c1"):
+        poll(lambda c=container: _has_log(cluster, namespace, pod, c), 15, f"log of {pod}/{container}")
+
+
+def _has_log(cluster: LocalCluster, namespace: str, pod: str, container: str) -> bool:
+    try:
+        return bool(cluster.core.read_namespaced_pod_log(pod, namespace, container=container, tail_lines=1))
+    except ApiException:
+        return False
+
+
+def test_log_capture_of_several_pods_and_containers(cluster: LocalCluster, kube: Cluster, namespace: str,
+                                                     tmp_path: Path):
+    annotations = {INJECT + "canned-log": "bert-mpirun-32ranks", INJECT + "canned-log-c1": "bert-mpirun-missing-env",
+                   INJECT + "run-duration": "1s"}
+    kube.apply(job("logs", namespace, annotations, containers=2, completions=3))
+    wait_job(kube, namespace, "logs")
+    pods = kube.list(POD, namespace, label_selector="job=logs")["items"]
+    # kwok's pods can finish before the node agent wrote their (canned) log files.
+    for pod in pods:
+        wait_for_log(cluster, namespace, pod["metadata"]["name"])
+    captured = capture_pod_logs(kube, namespace, pods, tmp_path)
+    assert len(captured) == 6
+    canned = (REPO / "hack" / "canned-logs")
+    for entry in captured:
+        text = entry.path.read_text().splitlines()
+        assert text[0] == f"=== pod {entry.pod} | node {entry.node} | container {entry.container}"
+        source = "bert-mpirun-32ranks" if entry.container == "c0" else "bert-mpirun-missing-env"
+        assert text[1:] == (canned / f"{source}.log").read_text().splitlines()
+        assert entry.path.name == f"{entry.pod}.{entry.container}.log"
+        assert entry.node.startswith("kwok-")
+
+
+def test_delete_and_wait_until_gone(kube: Cluster, namespace: str):
+    kube.apply(job("gone", namespace, {INJECT + "run-duration": "10m"}))
+    assert kube.delete(JOB, "gone", namespace) is True
+    assert kube.wait_deleted(JOB, "gone", namespace, timeout=30)
+    assert kube.get(JOB, "gone", namespace) is None
+    assert kube.delete(JOB, "gone", namespace) is False
+
+
+def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
+    fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {},
+              "TrainingImage": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
+              "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
+              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "Env": []}
+    for obj in render("mpijob.yaml", fields):
+        kube.apply(obj)
+    assert kube.get(MPIJOB, "mpi", namespace) is not None
+    assert wait_for(kube, mpijob_succeeded(namespace, "mpi"), timeout=90) == "mpijob mpi succeeded"
+
+
+def cfg_for(**env: str):
+    return resolve(parse_args([]).flag_values, env)
+
+
+def test_discovery_on_cpu_nodes(kube: Cluster):
+    cfg = cfg_for(ACCELERATOR="cpu")
+    nodes = discover(kube, cfg, CancelToken())
+    assert cfg.node_type == "kwok-cpu" and cfg.node_count == len(nodes) >= 1
+    assert cfg.gpus_per_node == 1
+    assert cfg.source_of("node_count").value == "discovered"
+
+
+def test_discovery_on_cpu_nodes_with_nvidia_waits_then_says_why(kube: Cluster):
+    cfg = cfg_for(ACCELERATOR="nvidia", DISCOVERY_TIMEOUT="2s")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="advertise >= 1 nvidia.com/gpu after 2s"):
+        discover(kube, cfg, CancelToken())
+    assert 2 <= time.monotonic() - started < 10
+
+
+def test_discovery_on_gpu_nodes_with_efa(default_nodes: LocalCluster, kube: Cluster):
+    default_nodes.set_nodes("gpu", 2, efa=4)
+    cfg = cfg_for()
+    nodes = discover(kube, cfg, CancelToken())
+    assert (cfg.node_type, cfg.node_count, cfg.gpus_per_node, cfg.efa_per_node) == ("p4d.24xlarge", 2, 8, 4)
+    assert [n.gpus for n in nodes] == [8, 8]
+    with pytest.raises(ConfigError, match="NODE_COUNT=3 but only 2 Ready p4d.24xlarge nodes"):
+        discover(kube, cfg_for(NODE_COUNT="3"), CancelToken())
+    with pytest.raises(ConfigError, match="no Ready node of type 'p5.48xlarge'"):
+        discover(kube, cfg_for(NODE_TYPE="p5.48xlarge"), CancelToken())
+
+
+TEMPLATE_FIELDS = {
+    "torchrun-job.yaml": {"Command": ["torchrun"], "Args": ["-m", "workloads.bert"], "MasterPort": 29500,
+                          "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
+    "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"]},
+    "gpu-capacity-pod.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "NCCLTestsImage": "repo/nccl:1"},
+}
+
+
+@pytest.mark.parametrize("template", sorted(p.name for p in (REPO / "manifests").glob("*.yaml")))
+@pytest.mark.parametrize("accelerator", ["cpu", "nvidia"])
+def test_every_manifest_passes_server_side_dry_run(kube: Cluster, namespace: str, template: str, accelerator: str):
+    assert template in TEMPLATE_FIELDS, f"add representative fields for new template {template}"
+    resources = ({"requests": {"cpu": "1"}} if accelerator == "cpu"
+                 else {"limits": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4},
+                       "requests": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}})
+    fields = {"JobName": "dry", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {"a": "b"},
+              "TrainingImage": "repo/train:1", "WorkerReplicas": 4, "Resources": resources,
+              "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+              "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"},
+                      {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+              **TEMPLATE_FIELDS[template]}
+    used = {k: v for k, v in fields.items() if "{{." + k + "}}" in (REPO / "manifests" / template).read_text()}
+    for obj in render(template, used):
+        try:
+            kube.apply(obj, dry_run=True)
+        except ClusterError as error:
+            pytest.fail(f"{template} ({accelerator}) rejected by the API server: {error}")
