@@ -1,4 +1,4 @@
-"""Command line of `hack/local-cluster`: up | down | status | nodes | node-not-ready | node-ready."""
+"""Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, stop/restart."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ environment:
   KT2T_NODE_EFA       vpc.amazonaws.com/efa per gpu node (default 0)
   KT2T_DEFAULT_CANNED_LOG  canned log of pods that name none (default bert-mpirun-32ranks)
   KT2T_WAIT_TIMEOUT   seconds to wait for each component, nodes, ServiceAccount (default 120)
+  KT2T_PORT_OFFSET    added to every default port (a second cluster beside the first)
   ports: {", ".join(f"{env}" for env in port_env_names().values())}
 
 `up` prints the kubeconfig's absolute path as its last line on stdout; progress goes to stderr.
@@ -37,6 +38,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     commands.add_parser("status", help="what runs: pid, port, healthy (exit 1 unless all healthy)")
     replace_nodes = commands.add_parser("nodes", help="replace the fake nodes with nodes of a shape")
     add_node_options(replace_nodes, required=True)
+    for name, verb in (("stop", "stop one component (an outage; `up` or `restart` starts it again)"),
+                       ("restart", "stop one component and start it again, same state")):
+        command = commands.add_parser(name, help=verb)
+        command.add_argument("component", help="etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
+                                               "kwok, mpi-operator or node-agent")
     for name, verb in (("node-not-ready", "turn NotReady"), ("node-ready", "turn Ready again")):
         command = commands.add_parser(name, help=f"make a node {verb} (through a kwok stage)")
         command.add_argument("node")
@@ -85,6 +91,13 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
         print(f"state: {settings.state_dir}")
         print(f"kubeconfig: {settings.kubeconfig}")
         return 0 if all(row["healthy"] for row in rows) else 1
+    if args.command == "stop":
+        stopped = cluster.stop(args.component)
+        progress(f"{args.component}: {'stopped' if stopped else 'was not running'}")
+        return 0
+    if args.command == "restart":
+        cluster.restart(args.component)
+        return 0
     api = cluster.api()
     if args.command == "nodes":
         with cluster.locked():

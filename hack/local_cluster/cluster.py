@@ -207,6 +207,27 @@ class LocalCluster:
                 shutil.rmtree(state)
         return stopped
 
+    # ---- one component ---------------------------------------------------------------------------
+
+    def component(self, name: str) -> Component:
+        for component in self.components():
+            if component.name == name:
+                return component
+        names = ", ".join(c.name for c in self.components())
+        raise ClusterError(f"no component {name!r}; the components are {names}")
+
+    def stop(self, name: str) -> bool:
+        """Stops one component (tests of outages); `up` or `restart` starts it again."""
+        with self.locked():
+            return self.record(self.component(name)).stop()
+
+    def restart(self, name: str) -> None:
+        """Stops one component and starts it again with the same state; waits until healthy."""
+        with self.locked():
+            component = self.component(name)
+            self.record(component).stop()
+            self.ensure_running(component)
+
     # ---- status ---------------------------------------------------------------------------------
 
     def status(self) -> list[dict[str, Any]]:

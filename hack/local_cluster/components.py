@@ -131,7 +131,9 @@ def components(settings: Settings, pki: Pki) -> list[Component]:
             # Logs objects come from the API (the node agent makes one per pod), not from --config.
             "--enable-crds=Logs",
         ], f"https://{LOOPBACK}:{ports['kwok']}/healthz", ports["kwok"]),
+        # Supervised: mpi-operator exits whenever it loses its leader lease (see supervisor.py).
         Component("mpi-operator", [
+            sys.executable, "-m", "local_cluster.supervisor", "--",
             binary("mpi-operator"),
             f"--kubeConfig={kubeconfig('mpi-operator')}",
             f"--lock-namespace={MPI_OPERATOR_LOCK_NAMESPACE}",
@@ -140,7 +142,7 @@ def components(settings: Settings, pki: Pki) -> list[Component]:
             "--kube-api-burst=100",
         ], f"http://{LOOPBACK}:{ports['mpi-operator']}/healthz", ports["mpi-operator"],
             # Read by the loopback patch that hack/build-binaries.sh compiles in.
-            env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{ports['mpi-operator']}"}),
+            env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{ports['mpi-operator']}", "PYTHONPATH": str(HACK_DIR)}),
         Component("node-agent", [
             sys.executable, "-m", "local_cluster.node_agent",
             f"--server={settings.apiserver_url}",

@@ -78,7 +78,10 @@ class Settings:
         state_home = Path(env.get("XDG_STATE_HOME") or home / ".local" / "state")
         cache_home = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
         cache_dir = Path(env.get("KT2T_CACHE") or cache_home / "kubetest2-training")
-        ports = {name: _int_env(env, _port_env_name(name), port) for name, port in DEFAULT_PORTS.items()}
+        # KT2T_PORT_OFFSET moves every default port at once: a second cluster (own KT2T_STATE) on
+        # the same machine, e.g. a private one per test session.
+        offset = _int_env(env, "KT2T_PORT_OFFSET", 0)
+        ports = {name: _int_env(env, _port_env_name(name), port + offset) for name, port in DEFAULT_PORTS.items()}
         return cls(
             state_dir=Path(env.get("KT2T_STATE") or state_home / "kubetest2-training" / "cluster").absolute(),
             bin_dir=cache_dir / "bin",
