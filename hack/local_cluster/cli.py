@@ -20,7 +20,7 @@ environment:
   KT2T_NODE_EFA       vpc.amazonaws.com/efa per gpu node (default 0)
   KT2T_DEFAULT_CANNED_LOG  canned log of pods that name none (default bert-mpirun-32ranks)
   KT2T_WAIT_TIMEOUT   seconds to wait for each component, nodes, ServiceAccount (default 120)
-  KT2T_PORT_OFFSET    added to every default port (a second cluster beside the first)
+  KT2T_PORT_OFFSET    added to every default port, a multiple of 100 (a second cluster)
   ports: {", ".join(f"{env}" for env in port_env_names().values())}
 
 `up` prints the kubeconfig's absolute path as its last line on stdout; progress goes to stderr.

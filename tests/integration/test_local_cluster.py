@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -306,7 +308,8 @@ def test_every_listener_is_on_loopback(cluster: LocalCluster):
 def free_port_offset() -> int:
     """A KT2T_PORT_OFFSET whose every port is free (other sessions may run second clusters too)."""
     defaults = (23790, 23800, 26443, 20257, 20259, 20250, 20280)
-    for offset in random.sample(range(100, 3000, 10), 50):
+    # Multiples of 100: no port of one set can then land on a port of another set.
+    for offset in random.sample(range(100, 3000, 100), 29):
         try:
             for port in defaults:
                 with socket.socket() as probe:
@@ -317,12 +320,17 @@ def free_port_offset() -> int:
     pytest.fail("no free set of ports for a second cluster")
 
 
-def test_a_second_cluster_comes_up_and_down_leaves_no_process(tmp_path: Path):
-    # A separate state folder and ports, so the session's cluster is untouched.
-    env = {**os.environ, "KT2T_STATE": str(tmp_path / "cluster"), "KT2T_PORT_OFFSET": str(free_port_offset())}
+def test_a_second_cluster_comes_up_and_down_leaves_no_process():
+    # A separate state folder and ports, so the session's cluster is untouched. Not under pytest's
+    # tmp_path: another pytest session on the machine may delete old base temp folders while this
+    # cluster runs, and `down` needs the pid files.
+    state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "kubetest2-training"
+    state_home.mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix="second-cluster-", dir=state_home)) / "cluster"
+    env = {**os.environ, "KT2T_STATE": str(state), "KT2T_PORT_OFFSET": str(free_port_offset())}
     kubeconfig = Path(run_local_cluster("up", env=env).strip().splitlines()[-1])
     try:
-        assert kubeconfig == tmp_path / "cluster" / "kubeconfig"
+        assert kubeconfig == state / "kubeconfig"
         with config.new_client_from_config(config_file=str(kubeconfig)) as api:
             nodes = client.CoreV1Api(api).list_node().items
         assert len(nodes) == 2 and all(node_ready(n) for n in nodes)
@@ -330,8 +338,8 @@ def test_a_second_cluster_comes_up_and_down_leaves_no_process(tmp_path: Path):
         assert len(pids) == 7
     finally:
         subprocess.run([str(LOCAL_CLUSTER), "down"], env=env, capture_output=True, check=False)
+        shutil.rmtree(state.parent, ignore_errors=True)
     assert all(not _alive(pid) for pid in pids.values()), {n: p for n, p in pids.items() if _alive(p)}
-    assert not (tmp_path / "cluster").exists()
     status = subprocess.run([str(LOCAL_CLUSTER), "status"], env=env, capture_output=True, text=True, check=False)
     assert status.returncode == 1
 
