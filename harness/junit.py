@@ -99,7 +99,11 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
-    """Add keys to $ARTIFACTS/metadata.json (a flat object of strings) without overwriting any."""
+    """Add keys to $ARTIFACTS/metadata.json (a flat object of strings) without overwriting any.
+
+    An empty value counts as absent: kubetest2's exec tester writes "tester-version": "" (it is
+    built without a version), and the version of what really ran the tests is more useful.
+    """
     path = artifacts / "metadata.json"
     try:
         existing = json.loads(path.read_text())
@@ -109,7 +113,8 @@ def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
         existing = {}
     merged = dict(existing)
     for key, value in entries.items():
-        merged.setdefault(key, value)
+        if merged.get(key, "") == "":
+            merged[key] = value
     if merged != existing:
         _atomic_write(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode())
 

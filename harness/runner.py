@@ -27,6 +27,7 @@ from harness.junit import CaseResult, Outcome, add_metadata, write_junit
 from harness.testing import Output, Selector, Session, TestCase, TestContext
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+METADATA = {"tester-version": f"kubetest2-training {__version__}", "kubetest2-training-version": __version__}
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _setup_error(suite: Suite, artifacts: Path, exc: HarnessError) -> int:
     result = CaseResult("Configuration", Outcome.ERROR, 0.0, f"{kind} error: {exc}", str(exc))
     try:
         write_junit(suite.junit_path(artifacts), suite.binary, [result], {"tester-version": __version__})
-        add_metadata(artifacts, {"tester-version": __version__})
+        add_metadata(artifacts, METADATA)
     except OSError as write_error:
         print(f"{suite.binary}: cannot write JUnit to {artifacts}: {write_error}", file=sys.stderr)
     print("FAIL")
@@ -176,7 +177,7 @@ class Runner:
         try:
             write_junit(self.suite.junit_path(artifacts), self.suite.binary, self.session.results,
                         properties)
-            add_metadata(artifacts, {"tester-version": __version__})
+            add_metadata(artifacts, METADATA)
         except OSError as exc:
             print(f"{self.suite.binary}: cannot write JUnit to {artifacts}: {exc}", file=sys.stderr)
 

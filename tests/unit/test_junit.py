@@ -71,6 +71,13 @@ def test_metadata_keeps_existing_keys(tmp_path):
     assert data == {"tester-version": "kubetest2's", "k": "v", "new": "x"}
 
 
+def test_metadata_fills_an_empty_value(tmp_path):
+    # kubetest2's exec tester writes an empty tester-version.
+    (tmp_path / "metadata.json").write_text(json.dumps({"tester-version": "", "kubetest-version": "x"}))
+    add_metadata(tmp_path, {"tester-version": "0.1.0"})
+    assert json.loads((tmp_path / "metadata.json").read_text()) == {"tester-version": "0.1.0", "kubetest-version": "x"}
+
+
 def test_metadata_created_when_absent(tmp_path):
     add_metadata(tmp_path, {"tester-version": "0.1.0"})
     assert json.loads((tmp_path / "metadata.json").read_text()) == {"tester-version": "0.1.0"}

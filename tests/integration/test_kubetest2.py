@@ -1,0 +1,122 @@
+"""The suites through the real kubetest2 binary (noop deployer; exec and training testers).
+
+The pods here are kwok's with canned logs (hack/canned-logs/: the upstream 32-rank BERT run), so
+the test names say canned_logs; what is checked is the whole path a CI run takes: kubetest2 ->
+tester -> binary -> API server -> Job -> pods -> logs -> metrics -> JUnit -> exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import junitparser
+import pytest
+
+from .conftest import REPO, LocalCluster
+
+pytestmark = pytest.mark.integration
+
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+
+
+def kt2t_bin() -> Path:
+    out = subprocess.run(["bash", "-c", f"source {REPO}/hack/versions.sh && echo $KT2T_BIN"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
+              env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
+                "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
+    full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
+    command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
+               f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout,
+                          cwd=artifacts.parent, check=False)
+
+
+def junit_cases(artifacts: Path, binary: str) -> dict[str, junitparser.TestCase]:
+    xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
+    return {case.name: case for suite in xml for case in suite}
+
+
+def assert_runner_junit_intact(artifacts: Path) -> None:
+    runner = ET.parse(artifacts / "junit_runner.xml").getroot()
+    names = [case.get("name") for case in runner.iter("testcase")]
+    assert "Test" in names, names  # kubetest2's own phases, untouched by the tester
+
+
+def test_exec_tester_bert_training_canned_logs(cluster: LocalCluster, tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
+                     "--test.v")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--- PASS: TestBertTraining" in done.stdout
+    case = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"]
+    assert case.is_passed
+    out = case.system_out
+    logs = sorted((artifacts / "e2e-nvidia-training" / "TestBertTraining" / "logs").glob("*.log"))
+    assert len(logs) == 2  # one pod per node
+    for log in logs:
+        header = log.read_text().splitlines()[0]
+        assert header.startswith("=== pod bert-training-") and "| node kwok-" in header
+        assert header in out
+    assert "Process 31 - Throughput: 9.91 samples/second" in out
+    props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+    assert props["metrics.throughput.median"] == "9.91"
+    assert props["metrics.ranks"] == "32"
+    metadata = json.loads((artifacts / "metadata.json").read_text())
+    assert metadata["tester-version"].startswith("kubetest2-training ")
+    assert metadata["kubetest-version"].startswith("kubetest2")  # kubetest2's own keys kept
+    assert_runner_junit_intact(artifacts)
+    rendered = artifacts / "e2e-nvidia-training" / "TestBertTraining" / "manifests" / "torchrun-job.yaml"
+    assert "completionMode: Indexed" in rendered.read_text()
+
+
+def test_training_tester_plugin_canned_logs(cluster: LocalCluster, tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(cluster, artifacts, "training", "--suite=e2e-nvidia-training",
+                     "--test.run=TestBertTraining")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].is_passed
+    assert_runner_junit_intact(artifacts)
+
+
+def test_mpi_launcher_canned_logs(cluster: LocalCluster, tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
+                     "--test.v", env={"LAUNCHER": "mpi"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rendered = artifacts / "e2e-nvidia-training" / "TestBertTraining" / "manifests" / "mpijob.yaml"
+    assert "kind: MPIJob" in rendered.read_text()
+    assert junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].is_passed
+
+
+def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: LocalCluster, tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
+                     env={"POD_ANNOTATIONS": "kubetest2-training.local/fail=exit-code,"
+                                             "kubetest2-training.local/exit-code=7"})
+    assert done.returncode != 0
+    case = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"]
+    (failure,) = case.result
+    assert isinstance(failure, junitparser.Failure)
+    assert "exited with code 7" in failure.message and "on node kwok-" in failure.message
+    # The failing pod's last lines are in the failure, its whole log in system-out and on disk.
+    assert "KeyError: 'NUM_GPUS_PER_NODE'" in failure.text
+    assert "=== pod bert-training-" in case.system_out
+    assert_runner_junit_intact(artifacts)
+
+
+def test_bad_configuration_through_kubetest2_exits_non_zero_with_junit(cluster: LocalCluster, tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", env={"NODE_COUNT": "abc"})
+    assert done.returncode != 0
+    assert "NODE_COUNT='abc'" in done.stderr
+    cases = junit_cases(artifacts, "e2e-nvidia-training")
+    assert "NODE_COUNT='abc'" in cases["Configuration"].result[0].message
