@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from workloads import checkpoint, hardware  # noqa: E402 - after the torch skip
 from workloads.allreduce import bus_factor, parse_bytes  # noqa: E402
-from workloads.bert import FIRST_TOKEN, IGNORE, MASK_ID, synthetic_batch  # noqa: E402
+from workloads.bert import FIRST_TOKEN, IGNORE, MASK_ID, PretrainingLoss, build_model, synthetic_batch  # noqa: E402
 from workloads.distributed import EnvError, read_env  # noqa: E402
 from workloads.gpt import GPT, GPTConfig  # noqa: E402
 
@@ -113,3 +113,11 @@ def test_gpt_first_loss_is_uniform_and_flops_follow_palm():
     # (targets differ from inputs: with tied embeddings the input token itself scores higher)
     assert model(idx, targets).item() == pytest.approx(math.log(65), abs=0.05)
     assert model.flops_per_token() == 6 * model.num_params() + 12 * 2 * 2 * 16 * 16
+
+
+def test_bert_masked_only_loss_equals_transformers_loss():
+    torch.manual_seed(0)
+    model = build_model("tiny", torch.device("cpu")).eval()  # eval: no dropout, so both are deterministic
+    batch = synthetic_batch(99, 8, 32, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert PretrainingLoss(model)(**batch).item() == pytest.approx(model(**batch).loss.item(), abs=1e-5)
