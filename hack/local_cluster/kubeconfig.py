@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 import yaml
@@ -29,9 +30,15 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, identity: str) -> Path:
         "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": identity}}],
         "current-context": CLUSTER_NAME,
     }
+    text = yaml.safe_dump(config, sort_keys=False)
+    if path.is_file() and path.read_text() == text:
+        return path
+    # Replaced atomically: tests and tools read the kubeconfig while another `up` runs.
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.chmod(0o600)
+    os.replace(partial, path)
     return path
 
 
