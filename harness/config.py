@@ -279,6 +279,20 @@ def redact(name: str, value: object) -> object:
     return "<redacted>" if looks_secret(name) and value not in (None, "") else value
 
 
+def redact_secrets(obj: Any) -> Any:
+    """A copy of an object with the values of secret-looking env vars and keys replaced.
+
+    Applied to everything saved or printed: rendered manifests, objects dumped on failure.
+    """
+    if isinstance(obj, list):
+        return [redact_secrets(item) for item in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if isinstance(obj.get("name"), str) and "value" in obj and looks_secret(obj["name"]):
+        return {**obj, "value": "<redacted>"}
+    return {k: redact(k, v) if isinstance(v, str) else redact_secrets(v) for k, v in obj.items()}
+
+
 @dataclass
 class Resolved:
     """A setting's value and where it came from."""

@@ -14,8 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from harness.cluster import (
     EVENT,
     JOB,
@@ -33,7 +31,7 @@ from harness.config import Config, pod_environment_passthrough
 from harness.discovery import EFA_RESOURCE, GPU_RESOURCE
 from harness.errors import ConfigError, JobFailed
 from harness.logs import CapturedLog, capture_pod_logs, last_lines
-from harness.manifests import render
+from harness.manifests import dump_objects, render
 from harness.metrics import WorkloadMetrics, combine, read_lines, scan_lines
 from harness.testing import TestContext
 from harness.wait import (
@@ -293,8 +291,7 @@ class TrainingJob:
     def _save_objects(self) -> None:
         resource = MPIJOB if self.launcher == "mpi" else JOB
         live = [self.t.cluster.get(resource, self.workload.job_name, self.namespace), *self.pods()]
-        (self.t.artifacts_dir / "objects.yaml").write_text(
-            yaml.safe_dump_all([obj for obj in live if obj], sort_keys=False))
+        (self.t.artifacts_dir / "objects.yaml").write_text(dump_objects([obj for obj in live if obj]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cluster import POD, Cluster, Obj, describe_api_error, is_api_error
-from harness.errors import Interrupted, JobFailed, WaitTimeout
+from harness.cluster import POD, Cluster, Obj, api_status, describe_api_error
+from harness.errors import ClusterError, Interrupted, JobFailed, WaitTimeout
 from harness.wait import node_of
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,11 @@ def _stream_to_file(cluster: Cluster, namespace: str, target: CapturedLog) -> Ca
             response = cluster.open_stream(path, query, read_timeout=120,
                                            operation=f"read log of pod {target.pod}")
         except Exception as exc:
-            if not is_api_error(exc):
-                raise
-            # A container that never started has no log: say so in the file, not as a crash.
+            # A container that never started has no log (400/404): say so in the file. Anything
+            # else (403: the tester lacks pods/log) is an error the user must see.
+            if api_status(exc) not in (400, 404):
+                raise ClusterError(f"read log of pod {target.pod} container {target.container}: "
+                                   f"{describe_api_error(exc)}") from None
             target.error = describe_api_error(exc)
             out.write(f"[no log: {target.error}]\n".encode())
             return target
@@ -129,6 +131,8 @@ def capture_pod_logs(cluster: Cluster, namespace: str, pods: list[Obj], dest: Pa
         for target, future in zip(targets, futures, strict=True):
             try:
                 captured.append(future.result())
+            except ClusterError:
+                raise
             except Exception as exc:  # one unreadable log must not lose the others
                 target.error = f"{type(exc).__name__}: {exc}"
                 log.warning("capture log of %s/%s: %s", target.pod, target.container, target.error)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from harness.cluster import MANAGED_BY, MANAGED_BY_LABEL, Obj
+from harness.config import redact_secrets
 from harness.errors import RenderError
 
 PLACEHOLDER = re.compile(r"\{\{\s*\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -84,16 +85,21 @@ def render_text(name: str, text: str, fields: Mapping[str, Any]) -> str:
     return PLACEHOLDER.sub(substitute, text)
 
 
+def dump_objects(objects: list[Obj]) -> str:
+    """Objects as multi-document YAML for the artifacts, secret-looking values redacted."""
+    return yaml.safe_dump_all([redact_secrets(obj) for obj in objects], sort_keys=False)
+
+
 def render(name: str, fields: Mapping[str, Any], save_to: Path | None = None) -> list[Obj]:
-    """Render a template into objects; save the rendered text under save_to/<name>."""
+    """Render a template into objects; save them (secrets redacted) under save_to/<name>."""
     text = render_text(name, template_text(name), fields)
-    if save_to is not None:
-        save_to.mkdir(parents=True, exist_ok=True)
-        (save_to / name).write_text(text)
     try:
         objects = [doc for doc in yaml.safe_load_all(text) if doc]
     except yaml.YAMLError as exc:
         raise RenderError(f"render {name}: not valid YAML after rendering: {exc}") from None
+    if save_to is not None:
+        save_to.mkdir(parents=True, exist_ok=True)
+        (save_to / name).write_text(dump_objects(objects))
     for obj in objects:
         labels = obj.get("metadata", {}).get("labels") or {}
         if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:

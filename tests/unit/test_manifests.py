@@ -66,3 +66,13 @@ def test_mpijob_template():
 def test_missing_label_is_refused(tmp_path):
     with pytest.raises(RenderError, match="lacks the label"):
         render("torchrun-job.yaml", torchrun_fields(Labels={"a": "b"}))
+
+
+def test_saved_manifests_redact_secret_env(tmp_path):
+    env = [{"name": "HF_TOKEN", "value": "hf_abc"}, {"name": "NUM_GPUS_PER_NODE", "value": "8"}]
+    objects = render("torchrun-job.yaml", torchrun_fields(Env=env), save_to=tmp_path)
+    saved = (tmp_path / "torchrun-job.yaml").read_text()
+    assert "hf_abc" not in saved and "<redacted>" in saved and "NUM_GPUS_PER_NODE" in saved
+    # What is applied keeps the real value.
+    container = objects[1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"][0]["value"] == "hf_abc"

@@ -1,0 +1,55 @@
+"""Remove what interrupted runs left: namespaces labelled managed-by=kubetest2-training.
+
+    python -m harness.cleanup [--kubeconfig PATH] [--run-id ID] [--older-than 1h] [--dry-run]
+
+Every object the suites create lives in a per-run namespace carrying the managed-by and run-id
+labels, so deleting those namespaces removes everything (the cluster-scoped RBAC of
+manifests/rbac.yaml is left alone: it is installed on purpose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+
+from harness.cluster import MANAGED_BY, MANAGED_BY_LABEL, NAMESPACE, RUN_ID_LABEL, Cluster
+from harness.config import parse_duration
+from harness.errors import ClusterError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.cleanup", description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, then ~/.kube/config")
+    parser.add_argument("--run-id", help="only this run's namespaces (KUBETEST2_RUN_ID)")
+    parser.add_argument("--older-than", default="0", help="only namespaces older than this Go duration")
+    parser.add_argument("--dry-run", action="store_true", help="list, do not delete")
+    args = parser.parse_args(argv)
+    try:
+        min_age = parse_duration(args.older_than)
+    except ValueError:
+        parser.error(f"--older-than={args.older_than!r} is invalid: expected a Go duration like 1h")
+    selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+    if args.run_id:
+        selector += f",{RUN_ID_LABEL}={args.run_id}"
+    try:
+        cluster = Cluster.connect(args.kubeconfig, retry_budget=10)
+        namespaces = cluster.list(NAMESPACE, label_selector=selector)["items"]
+        now = datetime.now(timezone.utc)
+        for ns in namespaces:
+            meta = ns["metadata"]
+            created = datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+            if (now - created).total_seconds() < min_age:
+                continue
+            print(f"{'would delete' if args.dry_run else 'deleting'} namespace {meta['name']} "
+                  f"(run {meta.get('labels', {}).get(RUN_ID_LABEL, '?')}, created {meta['creationTimestamp']})")
+            if not args.dry_run:
+                cluster.delete(NAMESPACE, meta["name"])
+    except ClusterError as exc:
+        print(f"harness.cleanup: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
