@@ -89,11 +89,25 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def default_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """For tests that change the nodes: puts the default nodes (2 cpu) back afterwards."""
+    """For tests that change the nodes: starts from the default nodes (2 cpu) and puts back the
+    nodes that were there before (same shape, count, EFA) afterwards."""
+    before = _node_shape(cluster)
+    if before != DEFAULT_NODE_SHAPE:
+        cluster.set_nodes(*DEFAULT_NODE_SHAPE)
     try:
         yield cluster
     finally:
-        cluster.set_nodes(*DEFAULT_NODE_SHAPE)
+        if _node_shape(cluster) != before:
+            cluster.set_nodes(*before)
+
+
+def _node_shape(cluster: LocalCluster) -> tuple[str, int, int]:
+    """(shape, count, EFA per node) of the nodes hack/local-cluster made."""
+    nodes = cluster.core.list_node(label_selector="kubetest2-training.local/node").items
+    if not nodes:
+        return DEFAULT_NODE_SHAPE
+    efa = int(nodes[0].status.capacity.get("vpc.amazonaws.com/efa", "0"))
+    return nodes[0].metadata.labels["kubetest2-training.local/node"], len(nodes), efa
 
 
 @pytest.fixture

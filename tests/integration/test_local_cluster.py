@@ -52,8 +52,8 @@ def node_ready(node: client.V1Node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
-def test_default_nodes_are_ready_cpu_nodes(cluster: LocalCluster):
-    nodes = cluster.core.list_node(label_selector="kubetest2-training.local/node").items
+def test_default_nodes_are_ready_cpu_nodes(default_nodes: LocalCluster):
+    nodes = default_nodes.core.list_node(label_selector="kubetest2-training.local/node").items
     assert len(nodes) == 2
     for node in nodes:
         assert node_ready(node), node.metadata.name
