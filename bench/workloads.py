@@ -9,7 +9,7 @@
 - all-reduce bus bandwidth over gloo between 2 processes.
 
 Every measurement runs in a fresh process (clean allocator, same thread count) and leaves the first
-step out of the timing. Usage: python bench/workloads.py [--steps N] [--only bert,gpt,allreduce]
+step out of the timing. Usage: python bench/workloads.py [--steps N] [--repeats R] [--only bert,gpt,allreduce]
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,38 +110,67 @@ def upstream_bert(steps: int) -> None:
     dist.destroy_process_group()
 
 
-def bench_bert(steps: int, tcmalloc: str | None) -> None:
-    upstream = run([sys.executable, __file__, "--upstream-bert", str(steps)], bench_env())[0]
-    report("bert_base_seq128_b8_upstream_recipe_fp32", upstream["throughput"], "samples/s")
+@dataclass(frozen=True)
+class Variant:
+    """One configuration to measure; `measure` returns {metric name: (value, unit)}."""
+
+    group: str
+    measure: Callable[[], dict[str, tuple[float, str]]]
+
+
+def bert_variants(steps: int, tcmalloc: str | None) -> list[Variant]:
     common = ("--size", "base", "--steps", str(steps), "--untimed-steps", "1")
-    ours = workload("bert", *common, "--precision", "fp32")
-    report("bert_base_seq128_b8_ours_fp32", ours["throughput"], "samples/s")
-    report("bert_base_fp32_ours_vs_upstream", ours["throughput"] / upstream["throughput"], "x")
-    ours_default = workload("bert", *common)
-    report(f"bert_base_seq128_b8_ours_{ours_default['precision']}", ours_default["throughput"], "samples/s")
+    prefix = "bert_base_seq128_b8"
+
+    def upstream() -> dict[str, tuple[float, str]]:
+        m = run([sys.executable, __file__, "--upstream-bert", str(steps)], bench_env())[0]
+        return {f"{prefix}_upstream_recipe_fp32": (m["throughput"], "samples/s")}
+
+    def ours(precision: str, preload: str | None = None) -> Callable[[], dict[str, tuple[float, str]]]:
+        def measure() -> dict[str, tuple[float, str]]:
+            m = workload("bert", *common, "--precision", precision, preload=preload)
+            suffix = "_tcmalloc" if preload else ""
+            return {f"{prefix}_ours_{m['precision']}{suffix}": (m["throughput"], "samples/s")}
+
+        return measure
+
+    variants = [Variant("bert", upstream), Variant("bert", ours("fp32")), Variant("bert", ours("auto"))]
     if tcmalloc:
-        fast = workload("bert", *common, preload=tcmalloc)
-        report(f"bert_base_seq128_b8_ours_{fast['precision']}_tcmalloc", fast["throughput"], "samples/s")
+        variants.append(Variant("bert", ours("auto", tcmalloc)))
+    return variants
 
 
-def bench_gpt(iters: int, tcmalloc: str | None) -> None:
+def gpt_variants(iters: int, tcmalloc: str | None) -> list[Variant]:
     common = ("--size", "small", "--max-iters", str(iters), "--log-interval", "1000000")
-    variants = [("fp32", None), ("auto", None)] + ([("auto", tcmalloc)] if tcmalloc else [])
-    for precision, preload in variants:
-        m = workload("nanogpt", *common, "--precision", precision, preload=preload)
-        name = f"gpt_l4_h4_e256_b256_bs8_{m['precision']}" + ("_tcmalloc" if preload else "")
-        report(f"{name}_tokens_per_s", m["tokens_per_s"], "tokens/s")
-        report(f"{name}_ms_per_iter", m["ms_per_iter"], "ms/iter")
+
+    def gpt(precision: str, preload: str | None = None) -> Callable[[], dict[str, tuple[float, str]]]:
+        def measure() -> dict[str, tuple[float, str]]:
+            m = workload("nanogpt", *common, "--precision", precision, preload=preload)
+            name = f"gpt_l4_h4_e256_b256_bs8_{m['precision']}" + ("_tcmalloc" if preload else "")
+            return {
+                f"{name}_tokens_per_s": (m["tokens_per_s"], "tokens/s"),
+                f"{name}_ms_per_iter": (m["ms_per_iter"], "ms/iter"),
+            }
+
+        return measure
+
+    variants = [Variant("gpt", gpt("fp32")), Variant("gpt", gpt("auto"))]
+    if tcmalloc:
+        variants.append(Variant("gpt", gpt("auto", tcmalloc)))
+    return variants
 
 
-def bench_allreduce(max_bytes: str) -> None:
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "workloads.allreduce", "--max-bytes", max_bytes, "-n", "10", "-w", "3",
-    ]  # fmt: skip
-    m = run(cmd, bench_env())[0]
-    report(f"allreduce_gloo_2proc_8B_{max_bytes}_busbw_avg", m["busbw_avg"], "GB/s")
-    report(f"allreduce_gloo_2proc_8B_{max_bytes}_busbw_max", m["busbw_max"], "GB/s")
+def allreduce_variants(max_bytes: str) -> list[Variant]:
+    def measure() -> dict[str, tuple[float, str]]:
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            "-m", "workloads.allreduce", "--max-bytes", max_bytes, "-n", "10", "-w", "3",
+        ]  # fmt: skip
+        m = run(cmd, bench_env())[0]
+        name = f"allreduce_gloo_2proc_8B_{max_bytes}"
+        return {f"{name}_busbw_avg": (m["busbw_avg"], "GB/s"), f"{name}_busbw_max": (m["busbw_max"], "GB/s")}
+
+    return [Variant("allreduce", measure)]
 
 
 def main() -> int:
@@ -147,6 +179,12 @@ def main() -> int:
     parser.add_argument("--gpt-iters", type=int, default=30, help="GPT iterations (first 5 untimed)")
     parser.add_argument("--allreduce-max-bytes", default="64M")
     parser.add_argument("--only", default="bert,gpt,allreduce", help="comma-separated subset")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds over all variants, interleaved so background load hits each alike; medians printed",
+    )
     parser.add_argument("--upstream-bert", type=int, metavar="STEPS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream_bert:
@@ -158,12 +196,28 @@ def main() -> int:
     if tcmalloc is None:
         print("# tcmalloc not found (Debian: libtcmalloc-minimal4): skipping the preloaded variants")
     selected = set(args.only.split(","))
-    if "bert" in selected:
-        bench_bert(args.steps, tcmalloc)
-    if "gpt" in selected:
-        bench_gpt(args.gpt_iters, tcmalloc)
-    if "allreduce" in selected:
-        bench_allreduce(args.allreduce_max_bytes)
+    variants = [
+        *(bert_variants(args.steps, tcmalloc) if "bert" in selected else []),
+        *(gpt_variants(args.gpt_iters, tcmalloc) if "gpt" in selected else []),
+        *(allreduce_variants(args.allreduce_max_bytes) if "allreduce" in selected else []),
+    ]
+    samples: dict[str, list[float]] = {}
+    units: dict[str, str] = {}
+    for _ in range(args.repeats):
+        for variant in variants:
+            for name, (value, unit) in variant.measure().items():
+                samples.setdefault(name, []).append(value)
+                units[name] = unit
+    for name, values in samples.items():
+        report(name, statistics.median(values), units[name])
+        if len(values) > 1:
+            print(f"# {name}: min {min(values):.2f} max {max(values):.2f} over {len(values)} runs")
+    upstream, ours = (
+        samples.get("bert_base_seq128_b8_upstream_recipe_fp32"),
+        samples.get("bert_base_seq128_b8_ours_fp32"),
+    )
+    if upstream and ours:
+        report("bert_base_fp32_ours_vs_upstream", statistics.median(ours) / statistics.median(upstream), "x")
     return 0
 
 

@@ -167,7 +167,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="first steps left out of the timing (allocator and kernel warm-up)",
     )
-    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    hardware.add_precision_argument(parser)
     parser.add_argument("--seed", type=int, default=1234)
     add_device_argument(parser)
     args = parser.parse_args(argv)

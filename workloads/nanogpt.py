@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-iters", type=int)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
-    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    hardware.add_precision_argument(parser)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (pays off on GPU)")
     parser.add_argument("--log-interval", type=int, default=1)
     parser.add_argument("--checkpoint-dir", type=Path, help="save here and resume from the latest checkpoint")
