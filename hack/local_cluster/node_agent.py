@@ -97,6 +97,8 @@ class NodeAgent:
         meta = pod["metadata"]
         if meta["uid"] in self.handled_uids or not pod["spec"].get("nodeName"):
             return
+        if meta.get("deletionTimestamp"):
+            return  # deleted before it ever ran: nothing will ask for its logs
         annotations = meta.get("annotations") or {}
         crash_loops = annotations.get(FAIL_ANNOTATION) == "crashloop"
         pod_dir = self.pod_dir(pod)
