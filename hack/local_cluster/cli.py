@@ -90,6 +90,11 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
             print(f"{row['name']:<24}{row['pid'] or '-':>8}{row['port'] or '-':>7}  {healthy}")
         print(f"state: {settings.state_dir}")
         print(f"kubeconfig: {settings.kubeconfig}")
+        if any(row["name"] == "kube-apiserver" and row["healthy"] for row in rows):
+            described = [f"{n['metadata']['name']} ({n['metadata']['labels'].get(nodes.INSTANCE_TYPE_LABEL)}, "
+                         f"{'Ready' if nodes.node_is_ready(n) else 'NotReady'})"
+                         for n in nodes.managed_nodes(cluster.api())]
+            print(f"nodes: {', '.join(described) or 'none'}")
         return 0 if all(row["healthy"] for row in rows) else 1
     if args.command == "stop":
         stopped = cluster.stop(args.component)
