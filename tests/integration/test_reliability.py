@@ -1,0 +1,189 @@
+"""Faults on the local cluster: each turns into a precise verdict in seconds, with logs kept.
+
+The binary runs as CI runs it (a subprocess, KUBECONFIG and ARTIFACTS set); faults come from
+kwok injection (pods that never finish, nodes that go NotReady), signals, timeouts, an API
+server restart, and a ServiceAccount bound to manifests/rbac.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import junitparser
+import pytest
+import yaml
+
+from harness.cluster import MANAGED_BY_LABEL, Cluster
+from harness.manifests import render
+
+from .conftest import LocalCluster, run_local_cluster, wait_for
+
+pytestmark = pytest.mark.integration
+
+BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
+INJECT = "kubetest2-training.local/"
+LONG_RUNNING = f"{INJECT}run-duration=10m"
+
+
+def start(cluster: LocalCluster, artifacts: Path, *args: str, env: dict[str, str] | None = None,
+          kubeconfig: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+    """Start the binary on TestBertTraining; returns the process and its test namespace."""
+    run_id = uuid.uuid4().hex[:8]
+    full_env = {**os.environ, "KUBECONFIG": str(kubeconfig or cluster.kubeconfig), "ARTIFACTS": str(artifacts),
+                "KUBETEST2_RUN_ID": run_id, "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
+    process = subprocess.Popen([BINARY, "--test.run=TestBertTraining", "--test.v", *args], env=full_env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process, f"kt2t-{run_id}-testberttraining"
+
+
+def pods_running(cluster: LocalCluster, namespace: str, count: int = 2) -> bool:
+    try:
+        pods = cluster.core.list_namespaced_pod(namespace).items
+    except Exception:
+        return False
+    return sum(1 for p in pods if p.status.phase == "Running") >= count
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def failure_of(artifacts: Path) -> junitparser.Failure:
+    xml = junitparser.JUnitXml.fromfile(str(artifacts / "junit_e2e-nvidia-training.xml"))
+    case = next(c for suite in xml for c in suite if c.name == "TestBertTraining")
+    (result,) = case.result
+    assert isinstance(result, junitparser.Failure), result
+    return result
+
+
+def namespace_gone_or_terminating(cluster: LocalCluster, namespace: str) -> bool:
+    names = {ns.metadata.name: ns for ns in cluster.core.list_namespace().items}
+    return namespace not in names or names[namespace].status.phase == "Terminating"
+
+
+def assert_logs_captured(artifacts: Path) -> None:
+    logs = list((artifacts / "e2e-nvidia-training" / "TestBertTraining" / "logs").glob("*.log"))
+    assert len(logs) == 2, logs
+    for log in logs:
+        assert log.read_text().startswith("=== pod bert-training-")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_mid_test_captures_cleans_up_and_writes_junit(cluster: LocalCluster, tmp_path: Path, signum):
+    process, namespace = start(cluster, tmp_path, env={"POD_ANNOTATIONS": LONG_RUNNING})
+    wait_for(lambda: pods_running(cluster, namespace), 60, "the job's pods to run")
+    sent = time.monotonic()
+    process.send_signal(signum)
+    code, output = finish(process)
+    took = time.monotonic() - sent
+    assert code == 1, output
+    assert took < 30, f"exit took {took:.1f}s after {signum.name}"
+    assert failure_of(tmp_path).message.startswith(f"INTERRUPTED: received {signum.name}")
+    assert_logs_captured(tmp_path)
+    assert namespace_gone_or_terminating(cluster, namespace)
+
+
+def test_go_test_timeout_fails_running_test_with_timeout(cluster: LocalCluster, tmp_path: Path):
+    process, namespace = start(cluster, tmp_path, "--test.timeout=8s", env={"POD_ANNOTATIONS": LONG_RUNNING})
+    code, output = finish(process)
+    assert code == 1, output
+    assert failure_of(tmp_path).message.startswith("TIMEOUT: -test.timeout 8s expired")
+    assert_logs_captured(tmp_path)
+    assert namespace_gone_or_terminating(cluster, namespace)
+
+
+def test_job_timeout_message_starts_with_timeout(cluster: LocalCluster, tmp_path: Path):
+    process, _ = start(cluster, tmp_path, env={"POD_ANNOTATIONS": LONG_RUNNING, "JOB_TIMEOUT": "5s"})
+    code, output = finish(process)
+    assert code == 1, output
+    message = failure_of(tmp_path).message
+    assert message.startswith("TIMEOUT: waited 5s for job bert-training to succeed"), message
+    assert (tmp_path / "e2e-nvidia-training" / "TestBertTraining" / "events.txt").read_text()
+    assert_logs_captured(tmp_path)
+
+
+def test_node_not_ready_mid_run_fails_naming_the_node(default_nodes: LocalCluster, tmp_path: Path):
+    process, namespace = start(default_nodes, tmp_path, env={"POD_ANNOTATIONS": LONG_RUNNING})
+    wait_for(lambda: pods_running(default_nodes, namespace), 60, "the job's pods to run")
+    node = default_nodes.core.list_namespaced_pod(namespace).items[0].spec.node_name
+    started = time.monotonic()
+    run_local_cluster("node-not-ready", node)
+    code, output = finish(process)
+    assert code == 1, output
+    assert f"node {node} is NotReady" in failure_of(tmp_path).message
+    assert time.monotonic() - started < 30
+    run_local_cluster("node-ready", node)
+
+
+def test_api_server_restart_mid_wait_resumes(cluster: LocalCluster, tmp_path: Path):
+    annotations = f"{INJECT}run-duration=20s"
+    process, namespace = start(cluster, tmp_path, env={"POD_ANNOTATIONS": annotations})
+    wait_for(lambda: pods_running(cluster, namespace), 60, "the job's pods to run")
+    run_local_cluster("restart", "kube-apiserver")
+    code, output = finish(process, timeout=180)
+    assert code == 0, output
+    assert "--- PASS: TestBertTraining" in output
+
+
+# ---- least privilege -------------------------------------------------------------------------------
+
+
+def service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as kubetest2-training in `namespace` (a TokenRequest)."""
+    token = cluster.core.create_namespaced_service_account_token(
+        "kubetest2-training", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
+    }))
+    return path
+
+
+@pytest.fixture
+def rbac(cluster: LocalCluster, namespace: str):
+    kube = Cluster.connect(str(cluster.kubeconfig))
+    labels = {MANAGED_BY_LABEL: "kubetest2-training"}
+    objects = render("rbac.yaml", {"Namespace": namespace, "Labels": labels})
+    for obj in objects:
+        kube.apply(obj)
+    yield kube, objects
+    for obj in objects:
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            kube.delete(kube.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"])
+
+
+def test_suites_pass_as_the_least_privilege_service_account(cluster: LocalCluster, namespace: str, rbac,
+                                                             tmp_path: Path):
+    kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
+    process, _ = start(cluster, tmp_path / "artifacts", kubeconfig=kubeconfig)
+    code, output = finish(process)
+    assert code == 0, output
+    assert "--- PASS: TestBertTraining" in output
+
+
+def test_a_right_removed_is_a_clear_error(cluster: LocalCluster, namespace: str, rbac, tmp_path: Path):
+    kube, objects = rbac
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["pods/log"]]
+    kube.request("PUT", kube.resource("rbac.authorization.k8s.io/v1", "ClusterRole").object_path(
+        "kubetest2-training", None), body=role)
+    kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
+    process, _ = start(cluster, tmp_path / "artifacts", kubeconfig=kubeconfig)
+    code, output = finish(process)
+    assert code == 1, output
+    xml = junitparser.JUnitXml.fromfile(str(tmp_path / "artifacts" / "junit_e2e-nvidia-training.xml"))
+    case = next(c for suite in xml for c in suite if c.name == "TestBertTraining")
+    (result,) = case.result
+    assert "read log of pod bert-training-" in result.message
+    assert "HTTP 403" in result.message and "pods/log" in result.message
