@@ -112,7 +112,7 @@ def test_gpu_capacity(t: TestContext) -> None:
     logs = PodLogs(t, namespace, selector)
     t.cleanup(logs.capture, "capture the gpu-capacity pods' logs")
     for node in t.nodes:
-        for obj in render("gpu-capacity-pod.yaml", {
+        for obj in render("gpu-capacity-job.yaml", {
             "JobName": f"gpu-capacity-{node.name}"[:63].rstrip("-."), "Namespace": namespace,
             "Labels": {**base_labels(t), JOB_LABEL: "gpu-capacity"},
             "PodAnnotations": dict(t.cfg.pod_annotations), "NCCLTestsImage": t.cfg.nccl_tests_image,

@@ -224,7 +224,8 @@ TEMPLATE_FIELDS = {
     "torchrun-job.yaml": {"Command": ["torchrun"], "Args": ["-m", "workloads.bert"], "MasterPort": 29500,
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"]},
-    "gpu-capacity-pod.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "NCCLTestsImage": "repo/nccl:1"},
+    "gpu-capacity-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "NCCLTestsImage": "repo/nccl:1"},
+    "rbac.yaml": {},
 }
 
 

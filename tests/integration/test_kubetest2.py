@@ -120,3 +120,83 @@ def test_bad_configuration_through_kubetest2_exits_non_zero_with_junit(cluster: 
     assert "NODE_COUNT='abc'" in done.stderr
     cases = junit_cases(artifacts, "e2e-nvidia-training")
     assert "NODE_COUNT='abc'" in cases["Configuration"].result[0].message
+
+
+# ---- GPU-shaped nodes: canned logs stand in for what GPUs print ---------------------------------
+
+CANNED = "kubetest2-training.local/canned-log"
+
+
+def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+    default_nodes.set_nodes("gpu", 4)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
+                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}=bert-32ranks-straggler"})
+    assert done.returncode != 0, done.stdout
+    (failure,) = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].result
+    assert failure.message.startswith("straggler: rank 13 (pod bert-training-1-")
+    assert "node kwok-gpu-" in failure.message
+    assert "4.10 samples/s is below 70% of the median 9.91 samples/s (expected >= 6.94)" in failure.message
+
+
+def test_bert_threshold_missed_states_measured_and_expected_canned_logs(default_nodes: LocalCluster,
+                                                                        tmp_path: Path):
+    default_nodes.set_nodes("gpu", 4)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
+                     env={"ACCELERATOR": "nvidia", "MIN_THROUGHPUT_PER_GPU": "12"})
+    assert done.returncode != 0, done.stdout
+    (failure,) = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].result
+    assert "is 9.86 samples/s, expected >= 12.00 samples/s (MIN_THROUGHPUT_PER_GPU)" in failure.message
+
+
+def test_gpu_capacity_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+    default_nodes.set_nodes("gpu", 2)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia", "--test.run=TestGPUCapacity", "--test.v",
+                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}=nvidia-smi-8gpus"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    case = junit_cases(artifacts, "e2e-nvidia")["TestGPUCapacity"]
+    props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+    assert props["node.kwok-gpu-0.gpus_seen"] == "8" and props["node.kwok-gpu-1.gpus_seen"] == "8"
+
+
+def test_nccl_tests_with_efa_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+    default_nodes.set_nodes("gpu", 2, efa=4)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia", "--test.run=TestNCCLTests", "--test.v",
+                     "--efaEnabled=true", "--nodeType=p4d.24xlarge", "--nvidiaTestImage=repo/nccl-tests:1",
+                     env={"ACCELERATOR": "nvidia", "NCCL_TESTS_MIN_BW": "50",
+                          "POD_ANNOTATIONS": f"{CANNED}=nccl-tests-16gpus-efa"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = junit_cases(artifacts, "e2e-nvidia")
+    assert {"TestNCCLTests", "TestNCCLTests/single-node", "TestNCCLTests/multi-node"} <= set(cases)
+    assert all(case.is_passed for case in cases.values())
+    props = {p.get("name"): p.get("value") for p in cases["TestNCCLTests/multi-node"]._elem.iter("property")}
+    assert props["efa.gdrdma"] == "true"
+    mpijob = artifacts / "e2e-nvidia" / "TestNCCLTests" / "multi-node" / "manifests" / "mpijob.yaml"
+    text = mpijob.read_text()
+    assert "vpc.amazonaws.com/efa: 4" in text and "all_reduce_perf" in text
+
+
+def test_nccl_bandwidth_below_floor_fails_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+    default_nodes.set_nodes("gpu", 2)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia", "--test.run=TestNCCLTests/single-node",
+                     env={"ACCELERATOR": "nvidia", "NODE_TYPE": "p4d.24xlarge",
+                          "POD_ANNOTATIONS": f"{CANNED}=nccl-tests-16gpus-efa"})
+    assert done.returncode != 0
+    (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestNCCLTests/single-node"].result
+    assert failure.message == ("threshold: average bus bandwidth 70.37 GB/s, expected >= 205.20 GB/s "
+                               "(0.9 x 228 from p4d.24xlarge table)")
+
+
+def test_allreduce_on_gpu_nodes_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+    default_nodes.set_nodes("gpu", 2)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia", "--test.run=TestNCCLAllReduce",
+                     env={"ACCELERATOR": "nvidia", "NCCL_TESTS_MIN_BW": "50",
+                          "POD_ANNOTATIONS": f"{CANNED}=allreduce-16gpus"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rendered = (artifacts / "e2e-nvidia" / "TestNCCLAllReduce" / "manifests" / "torchrun-job.yaml").read_text()
+    assert "--nproc-per-node=8" in rendered and "nvidia.com/gpu: 8" in rendered
