@@ -13,11 +13,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.parallel import DistributedDataParallel
 from transformers import BertConfig, BertForPreTraining
 
 from workloads import hardware
-from workloads.distributed import Session, add_device_argument, distributed_session, mean_over_ranks, run_main
+from workloads.distributed import (
+    Session,
+    add_device_argument,
+    data_parallel,
+    distributed_session,
+    mean_over_ranks,
+    run_main,
+)
 from workloads.report import emit_metrics, params_checksum, say
 
 # Special ids at the bottom of every vocabulary; real tokens are PAD_ID+FIRST_TOKEN.. vocab_size-1.
@@ -188,7 +194,7 @@ def train(args: argparse.Namespace, session: Session) -> None:
     torch.manual_seed(args.seed)
     model = build_model(args.size, device)
     vocab = model.config.vocab_size
-    ddp = DistributedDataParallel(PretrainingLoss(model), device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = data_parallel(PretrainingLoss(model), session)
     optimizer = hardware.adamw(ddp.parameters(), device, lr=args.lr, weight_decay=0.01)
     generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 # A collective that waits this long means a peer is gone; failing lets torchrun restart the job
 # instead of hanging until the job's own deadline.
@@ -115,6 +116,11 @@ def select_device(denv: DistEnv, requested: str = "auto") -> torch.device:
     return torch.device("cuda", denv.local_rank)
 
 
+def backend_for(device: torch.device) -> str:
+    """NCCL between GPUs, gloo between CPUs."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 @dataclass(frozen=True)
 class Session:
     """An initialised process group and the device this rank computes on."""
@@ -133,7 +139,7 @@ def distributed_session(requested_device: str = "auto") -> Iterator[Session]:
     """Initialise the process group (NCCL on GPU, gloo on CPU) and always tear it down."""
     denv = read_env()
     device = select_device(denv, requested_device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_for(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if denv.launcher == "single":
@@ -153,6 +159,12 @@ def distributed_session(requested_device: str = "auto") -> Iterator[Session]:
         yield Session(denv, device, backend)
     finally:
         dist.destroy_process_group()
+
+
+def data_parallel(module: torch.nn.Module, session: Session) -> DistributedDataParallel:
+    """DDP on this rank's device (device_ids only for CUDA, where DDP needs to know the GPU)."""
+    device_ids = [session.device.index] if session.device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids)
 
 
 def mean_over_ranks(value: float, session: Session) -> float:

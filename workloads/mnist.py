@@ -25,7 +25,15 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from workloads.distributed import DistEnv, Session, add_device_argument, read_env, run_main, select_device
+from workloads.distributed import (
+    DistEnv,
+    Session,
+    add_device_argument,
+    backend_for,
+    read_env,
+    run_main,
+    select_device,
+)
 from workloads.report import emit_metrics, params_checksum, say
 
 NUM_CLASSES = 10
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     denv = read_env()
     device = select_device(denv, args.device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_for(device)
     if denv.launcher == "single":
         address, port = "127.0.0.1", _free_port()
     else:  # read_env() has checked both

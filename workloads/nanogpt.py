@@ -17,10 +17,9 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from workloads import checkpoint, hardware
-from workloads.distributed import Session, add_device_argument, distributed_session, run_main
+from workloads.distributed import Session, add_device_argument, data_parallel, distributed_session, run_main
 from workloads.gpt import GPT, GPTConfig
 from workloads.report import emit_metrics, params_checksum, say
 
@@ -169,7 +168,7 @@ def train(args: argparse.Namespace, session: Session) -> None:
 
     # Compile the bare model, then wrap: DDP hooks stay outside the graph (nanoGPT's order).
     compiled = torch.compile(model) if args.compile else model
-    ddp = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = data_parallel(compiled, session)
     peak = hardware.device_peak_flops(device)
     tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
     flops_per_iter = model.flops_per_token() * tokens_per_iter
