@@ -137,6 +137,9 @@ def describe_api_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+_RAISE = object()  # `_checked`'s "no default": a 404 raises like any other error
+
+
 class Cluster:
     """One API server, reached with a kubeconfig."""
 
@@ -228,13 +231,8 @@ class Cluster:
             return KNOWN_RESOURCES[key]
         if key not in self._discovered:
             path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            try:
-                listing = self.request("GET", path, operation=f"discover {api_version}")
-            except Exception as exc:
-                if not is_api_error(exc):
-                    raise
-                raise ClusterError(f"discover {kind} ({api_version}): the cluster does not serve "
-                                   f"this API ({describe_api_error(exc)})") from None
+            listing = self._checked(f"discover {kind} ({api_version}): the cluster does not serve this API",
+                                    "GET", path)
             for entry in listing.get("resources", []):
                 if "/" not in entry["name"]:
                     self._discovered[(api_version, entry["kind"])] = Resource(
@@ -245,13 +243,21 @@ class Cluster:
 
     def serves(self, api_version: str, kind: str) -> bool:
         """Whether the cluster has the API (e.g. the MPIJob CRD)."""
-        try:
-            listing = self.request("GET", f"/apis/{api_version}", operation=f"discover {api_version}")
-        except Exception as exc:
-            if api_status(exc) == 404:
-                return False
-            raise
+        listing = self._checked(f"discover {api_version}", "GET", f"/apis/{api_version}", if_missing=None)
+        if listing is None:
+            return False
         return any(entry.get("kind") == kind for entry in listing.get("resources", []))
+
+    def _checked(self, operation: str, method: str, path: str, *, if_missing: Any = _RAISE,
+                 **kwargs: Any) -> Any:
+        """request() with API errors turned into a ClusterError naming the operation; a 404
+        returns `if_missing` when one is given."""
+        try:
+            return self.request(method, path, operation=operation, **kwargs)
+        except ApiError as exc:
+            if exc.status == 404 and if_missing is not _RAISE:
+                return if_missing
+            raise ClusterError(f"{operation}: {describe_api_error(exc)}") from None
 
     def apply(self, obj: Obj, dry_run: bool = False) -> Obj:
         """Server-side apply of any object, custom resources included."""
@@ -260,51 +266,29 @@ class Cluster:
         query: dict[str, Any] = {"fieldManager": FIELD_MANAGER, "force": "true"}
         if dry_run:
             query["dryRun"] = "All"
-        operation = f"apply {obj['kind']} {meta.get('namespace', '')}/{meta['name']}".replace(" /", " ")
-        try:
-            return self.request("PATCH", resource.object_path(meta["name"], meta.get("namespace")),
-                                query=query, body=obj, content_type="application/apply-patch+yaml",
-                                operation=operation)
-        except Exception as exc:
-            if not is_api_error(exc):
-                raise
-            raise ClusterError(f"{operation}: {describe_api_error(exc)}") from None
+        where = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+        return self._checked(f"apply {obj['kind']} {where}", "PATCH",
+                             resource.object_path(meta["name"], meta.get("namespace")), query=query,
+                             body=obj, content_type="application/apply-patch+yaml")
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
-        try:
-            return self.request("GET", resource.object_path(name, namespace))
-        except Exception as exc:
-            if api_status(exc) == 404:
-                return None
-            if not is_api_error(exc):
-                raise
-            raise ClusterError(f"get {resource.kind} {name}: {describe_api_error(exc)}") from None
+        return self._checked(f"get {resource.kind} {name}", "GET", resource.object_path(name, namespace),
+                             if_missing=None)
 
     def list(self, resource: Resource, namespace: str | None = None,
              label_selector: str | None = None, field_selector: str | None = None) -> Obj:
         """The list object (items + metadata.resourceVersion, for a watch to start from)."""
         query = {k: v for k, v in (("labelSelector", label_selector),
                                    ("fieldSelector", field_selector)) if v}
-        try:
-            return self.request("GET", resource.collection_path(namespace), query=query)
-        except Exception as exc:
-            if not is_api_error(exc):
-                raise
-            raise ClusterError(f"list {resource.plural} in {namespace or 'the cluster'}: "
-                               f"{describe_api_error(exc)}") from None
+        return self._checked(f"list {resource.plural} in {namespace or 'the cluster'}", "GET",
+                             resource.collection_path(namespace), query=query)
 
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
         """Delete (dependents in the background); False when it was already gone."""
-        try:
-            self.request("DELETE", resource.object_path(name, namespace),
-                         body={"propagationPolicy": "Background", "gracePeriodSeconds": 5})
-        except Exception as exc:
-            if api_status(exc) == 404:
-                return False
-            if not is_api_error(exc):
-                raise
-            raise ClusterError(f"delete {resource.kind} {name}: {describe_api_error(exc)}") from None
-        return True
+        deleted = self._checked(f"delete {resource.kind} {name}", "DELETE", resource.object_path(name, namespace),
+                                body={"propagationPolicy": "Background", "gracePeriodSeconds": 5},
+                                if_missing=False)
+        return deleted is not False
 
     def watch(self, resource: Resource, namespace: str | None, resource_version: str,
               label_selector: str | None = None, field_selector: str | None = None,

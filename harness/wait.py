@@ -238,49 +238,37 @@ def _has_condition(obj: Obj | None, *types: str) -> Obj | None:
     return None
 
 
-def job_succeeded(namespace: str, name: str) -> Condition:
-    """batch/v1 Job complete."""
-    watches = (Watched(JOB, namespace, field_selector=f"metadata.name={name}"),)
+def _reached(resource: Resource, namespace: str, name: str, condition_type: str, verb: str) -> Condition:
+    """The object `name` of `resource` has `condition_type`=True; described as "<kind> <name> <verb>"."""
+    label = resource.kind.lower()
+    watches = (Watched(resource, namespace, field_selector=f"metadata.name={name}"),)
 
     def check(state: ClusterState, _now: float) -> str | None:
-        job = state.get("Job", namespace, name)
-        return f"job {name} succeeded" if _has_condition(job, "Complete") else None
+        cond = _has_condition(state.get(resource.kind, namespace, name), condition_type)
+        if cond is None:
+            return None
+        detail = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        return f"{label} {name} {verb}" + (f": {detail}" if detail and condition_type == "Failed" else "")
 
-    return Condition(f"job {name} to succeed", watches, check)
+    return Condition(f"{label} {name} to {'succeed' if verb == 'succeeded' else 'fail'}", watches, check)
+
+
+def job_succeeded(namespace: str, name: str) -> Condition:
+    """A batch/v1 Job is Complete."""
+    return _reached(JOB, namespace, name, "Complete", "succeeded")
 
 
 def job_failed(namespace: str, name: str) -> Condition:
-    watches = (Watched(JOB, namespace, field_selector=f"metadata.name={name}"),)
-
-    def check(state: ClusterState, _now: float) -> str | None:
-        cond = _has_condition(state.get("Job", namespace, name), "Failed")
-        if cond is None:
-            return None
-        return f"job {name} failed: {cond.get('reason', '')}: {cond.get('message', '')}".rstrip(": ")
-
-    return Condition(f"job {name} failed", watches, check)
+    return _reached(JOB, namespace, name, "Failed", "failed")
 
 
 def mpijob_succeeded(namespace: str, name: str) -> Condition:
-    watches = (Watched(MPIJOB, namespace, field_selector=f"metadata.name={name}"),)
-
-    def check(state: ClusterState, _now: float) -> str | None:
-        job = state.get("MPIJob", namespace, name)
-        return f"mpijob {name} succeeded" if _has_condition(job, "Succeeded") else None
-
-    return Condition(f"mpijob {name} to succeed", watches, check)
+    """An MPIJob (kubeflow.org/v2beta1) is Succeeded."""
+    return _reached(MPIJOB, namespace, name, "Succeeded", "succeeded")
 
 
 def mpijob_failed(namespace: str, name: str) -> Condition:
-    watches = (Watched(MPIJOB, namespace, field_selector=f"metadata.name={name}"),)
-
-    def check(state: ClusterState, _now: float) -> str | None:
-        cond = _has_condition(state.get("MPIJob", namespace, name), "Failed")
-        if cond is None:
-            return None
-        return f"mpijob {name} failed: {cond.get('reason', '')}: {cond.get('message', '')}".rstrip(": ")
-
-    return Condition(f"mpijob {name} failed", watches, check)
+    return _reached(MPIJOB, namespace, name, "Failed", "failed")
 
 
 def pods_ready(namespace: str, label_selector: str, count: int) -> Condition:
