@@ -313,6 +313,23 @@ class PodRun:
         ctx = self.ctx
         tmp = ctx.scratch_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
+        # `$(VAR)` refers to the variables the pod declares (earlier in its list), as the kubelet's.
+        declared: dict[str, str] = {}
+        for source in spec.get("envFrom") or []:
+            prefix = source.get("prefix", "")
+            for key, value in self._env_source(source).items():
+                declared[prefix + key] = value
+        for var in spec.get("env") or []:
+            if "valueFrom" in var:
+                value = self._value_from(spec, var["valueFrom"])
+                if value is None:
+                    continue
+            else:
+                value = expand(var.get("value", ""), declared.get)
+            declared[var["name"]] = value
+        raw_argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
+        argv = [expand(arg, declared.get) for arg in raw_argv]
+        # What the image would set (PATH: the venv stands in for the image), then the pod's own.
         env: dict[str, str] = {
             "PATH": f"{ctx.venv_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
             "HOME": os.environ.get("HOME", "/root"),
@@ -320,21 +337,7 @@ class PodRun:
             "HOSTNAME": ctx.names.hostname,
             "TMPDIR": str(tmp),
         }
-        for source in spec.get("envFrom") or []:
-            prefix = source.get("prefix", "")
-            for key, value in self._env_source(source).items():
-                env[prefix + key] = value
-        for var in spec.get("env") or []:
-            if "valueFrom" in var:
-                value = self._value_from(spec, var["valueFrom"])
-                if value is None:
-                    continue
-            else:
-                value = expand(var.get("value", ""), env.get)
-            env[var["name"]] = value
-        raw_argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
-        argv = [expand(arg, env.get) for arg in raw_argv]
-        env = {k: self.private_tmp(ctx.names.env_value(k, v), tmp) for k, v in env.items()}
+        env.update({k: self.private_tmp(ctx.names.env_value(k, v), tmp) for k, v in declared.items()})
         argv = [self.private_tmp(arg, tmp) for arg in ctx.names.argv(argv)]
         working_dir = spec.get("workingDir")
         cwd = working_dir if working_dir and Path(working_dir).is_dir() else str(ctx.scratch_dir)
