@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.cancel import CancelToken
 from harness.cluster import JOB, MPIJOB, NODE, POD, Cluster, Obj, Resource, WatchExpired, is_transient
@@ -43,31 +44,60 @@ class Watched:
 class ClusterState:
     """The latest version of every watched object, plus when each condition was first seen."""
 
-    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    # kind -> (namespace, name) -> object. Per kind, with the sorted names kept until one is
+    # added or removed: conditions read of_kind on every event, and re-sorting every watched
+    # object per event made a 256-pod job's wait cost O(pods^2) (bench/harness.py cpu).
+    _by_kind: dict[str, dict[tuple[str, str], Obj]] = field(default_factory=dict)
+    _order: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # kind -> count of changes: a condition over one kind need not look again while it is unchanged.
+    _generation: dict[str, int] = field(default_factory=dict)
     _first_seen: dict[str, float] = field(default_factory=dict)
+    # How often held_for was consulted: a verdict reached without it depends only on the objects.
+    time_checks: int = 0
 
     def update(self, kind: str, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata", {})
-        key = (kind, meta.get("namespace", ""), meta.get("name", ""))
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        objects = self._by_kind.setdefault(kind, {})
+        self._generation[kind] = self._generation.get(kind, 0) + 1
         if event_type == "DELETED":
-            self.objects.pop(key, None)
+            if objects.pop(key, None) is not None:
+                self._order.pop(kind, None)
         else:
-            self.objects[key] = obj
+            if key not in objects:
+                self._order.pop(kind, None)
+            objects[key] = obj
 
     def replace_all(self, kind: str, items: list[Obj]) -> None:
-        for key in [k for k in self.objects if k[0] == kind]:
-            del self.objects[key]
+        self._by_kind[kind] = {}
+        self._generation[kind] = self._generation.get(kind, 0) + 1
+        self._order.pop(kind, None)
         for item in items:
             self.update(kind, "ADDED", item)
 
     def of_kind(self, kind: str) -> list[Obj]:
-        return [obj for (k, _, _), obj in sorted(self.objects.items()) if k == kind]
+        """The objects of a kind, by namespace and name."""
+        objects = self._by_kind.get(kind)
+        if not objects:
+            return []
+        order = self._order.get(kind)
+        if order is None:
+            order = self._order[kind] = sorted(objects)
+        return [objects[key] for key in order]
+
+    def generation(self, kind: str) -> int:
+        """Changes seen to objects of a kind so far."""
+        return self._generation.get(kind, 0)
+
+    def of_kind_count(self, kind: str) -> int:
+        return len(self._by_kind.get(kind) or {})
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
-        return self.objects.get((kind, namespace, name))
+        return self._by_kind.get(kind, {}).get((namespace, name))
 
     def held_for(self, marker: str, now: float) -> float:
         """Seconds since `marker` (e.g. "pod uid unschedulable") was first observed."""
+        self.time_checks += 1
         return now - self._first_seen.setdefault(marker, now)
 
     def summary(self) -> str:
@@ -328,12 +358,38 @@ def any_pod_failed(namespace: str, label_selector: str, grace: float) -> Conditi
     """A pod Failed, OOMKilled, crash-looping, or unschedulable / not pulling past `grace`."""
     watches = (Watched(POD, namespace, label_selector),)
 
+    # A pod's verdict changes only with a new version of it, unless a grace period is running
+    # (held_for consulted): cached by uid and resourceVersion, so an event re-derives the verdict
+    # of the pods that changed only (bench/harness.py cpu: this was most of a 256-pod job's CPU).
+    verdicts: dict[str, tuple[str, str | None]] = {}
+
+    def verdict(pod: Obj, state: ClusterState, now: float) -> str | None:
+        meta = pod["metadata"]
+        uid, version = meta.get("uid") or meta["name"], meta.get("resourceVersion")
+        cached = verdicts.get(uid)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        time_checks = state.time_checks
+        reason = pod_failure_reason(pod, state, now, grace)
+        if version is not None and state.time_checks == time_checks:
+            verdicts[uid] = (version, reason)
+        return reason
+
+    # The last answer, while no pod changed and no grace period was running.
+    last: list[Any] = [None, -1, None]  # state, its pod generation, the answer
+
     def first_failure(state: ClusterState, now: float) -> tuple[str, str] | None:
+        generation = state.generation("Pod")
+        if last[0] is state and last[1] == generation:
+            return last[2]
+        time_checks, found = state.time_checks, None
         for pod in state.of_kind("Pod"):
-            reason = pod_failure_reason(pod, state, now, grace)
+            reason = verdict(pod, state, now)
             if reason is not None:
-                return pod["metadata"]["name"], reason
-        return None
+                found = pod["metadata"]["name"], reason
+                break
+        last[:] = [state, generation, found] if state.time_checks == time_checks else [None, -1, None]
+        return found
 
     def check(state: ClusterState, now: float) -> str | None:
         found = first_failure(state, now)
@@ -351,19 +407,40 @@ def node_not_ready(node_names: Iterable[str]) -> Condition:
     names = sorted(set(node_names))
     watches = (Watched(NODE),)
 
+    # name -> (resourceVersion, verdict): a node's readiness is re-read only when it changed, not
+    # for every node on every event (256 nodes: O(nodes x events) otherwise).
+    verdicts: dict[str, tuple[str, str | None]] = {}
+
+    def node_verdict(name: str, node: Obj) -> str | None:
+        version = node["metadata"].get("resourceVersion")
+        cached = verdicts.get(name)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        ready = next((c for c in node.get("status", {}).get("conditions") or []
+                      if c.get("type") == "Ready"), None)
+        reason = None
+        if ready is None or ready.get("status") != "True":
+            why = (ready or {}).get("message") or (ready or {}).get("reason") or "no Ready condition"
+            reason = f"node {name} is NotReady: {why}"
+        if version is not None:
+            verdicts[name] = (version, reason)
+        return reason
+
+    last: list[Any] = [None, -1, None]  # state, its node generation, the answer
+
     def check(state: ClusterState, _now: float) -> str | None:
-        nodes = {n["metadata"]["name"]: n for n in state.of_kind("Node")}
-        if not nodes:
+        if not state.of_kind_count("Node"):
             return None  # not listed yet
+        generation = state.generation("Node")
+        if last[0] is state and last[1] == generation:
+            return last[2]
+        found = None
         for name in names:
-            node = nodes.get(name)
-            if node is None:
-                return f"node {name} was removed from the cluster"
-            ready = next((c for c in node.get("status", {}).get("conditions") or []
-                          if c.get("type") == "Ready"), None)
-            if ready is None or ready.get("status") != "True":
-                why = (ready or {}).get("message") or (ready or {}).get("reason") or "no Ready condition"
-                return f"node {name} is NotReady: {why}"
-        return None
+            node = state.get("Node", "", name)
+            found = f"node {name} was removed from the cluster" if node is None else node_verdict(name, node)
+            if found is not None:
+                break
+        last[:] = [state, generation, found]
+        return found
 
     return Condition(f"nodes {', '.join(names)} to go NotReady", watches, check)

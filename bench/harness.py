@@ -1,0 +1,450 @@
+"""Harness benchmarks on a local cluster of its own: start-up, verdict latency, log capture at
+scale, API requests per test, CPU time of a 256-pod job. One `name: value unit` line per figure.
+
+    .venv/bin/python bench/harness.py                    # every figure (about 6 minutes)
+    .venv/bin/python bench/harness.py startup verdict    # some of them
+    .venv/bin/python bench/harness.py cpu --profile      # with a pyinstrument profile (pip install pyinstrument)
+
+The cluster is a second local cluster (`KT2T_STATE=/tmp/kt2t-bench/cluster KT2T_PORT_OFFSET=300`),
+never the default one other sessions test on; it is brought down at the end (`--keep-cluster`
+leaves it running for the next invocation). The 1 MiB canned log the log figures use,
+`hack/canned-logs/bench-1mib.log`, is written at start and removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from harness.cluster import JOB, NAMESPACE, NODE, POD, Cluster, Obj  # noqa: E402
+from harness.errors import JobFailed  # noqa: E402
+from harness.logs import capture_pod_logs  # noqa: E402
+from harness.wait import any_pod_failed, job_failed, job_succeeded, node_not_ready, pods_ready, wait_for  # noqa: E402
+
+PYTHON = Path(sys.executable)
+BINARY = PYTHON.parent / "e2e-nvidia-training"
+LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
+WORK = Path("/tmp/kt2t-bench")
+CLUSTER_ENV = {"KT2T_STATE": str(WORK / "cluster"), "KT2T_PORT_OFFSET": "300"}
+CANNED_LOG = REPO / "hack" / "canned-logs" / "bench-1mib.log"
+ANNOTATION = "kubetest2-training.local"
+FIGURES = ("startup", "verdict", "requests", "logs", "cpu")
+LOG_PODS = 256
+CPU_NODES = 256
+
+
+def emit(name: str, value: float | int | str, unit: str, note: str = "") -> None:
+    """One figure: `name: value unit`, with an optional note after `#`."""
+    shown = f"{value:.3g}" if isinstance(value, float) else str(value)
+    print(f"{name}: {shown} {unit}" + (f"  # {note}" if note else ""), flush=True)
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bench's own cluster
+
+
+def local_cluster(*args: str, timeout: float = 600) -> str:
+    result = subprocess.run([str(LOCAL_CLUSTER), *args], env={**os.environ, **CLUSTER_ENV},
+                            capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result.stdout
+
+
+@contextlib.contextmanager
+def bench_cluster(keep: bool) -> Iterator[str]:
+    """Up the bench cluster (2 cpu nodes); yield its kubeconfig; down it unless `keep`."""
+    progress("hack/local-cluster up (KT2T_STATE=/tmp/kt2t-bench/cluster, KT2T_PORT_OFFSET=300)")
+    kubeconfig = local_cluster("up").strip().splitlines()[-1]
+    try:
+        yield kubeconfig
+    finally:
+        if keep:
+            progress(f"cluster left running: KUBECONFIG={kubeconfig}")
+        else:
+            progress("hack/local-cluster down")
+            local_cluster("down")
+
+
+def set_nodes(count: int) -> None:
+    progress(f"hack/local-cluster nodes --shape cpu --count {count}")
+    local_cluster("nodes", "--shape", "cpu", "--count", str(count))
+
+
+@contextlib.contextmanager
+def bench_namespace(cluster: Cluster, prefix: str) -> Iterator[str]:
+    name = f"bench-{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.ensure_namespace(name, {"app.kubernetes.io/managed-by": "kubetest2-training-bench"})
+    try:
+        yield name
+    finally:
+        cluster.delete(NAMESPACE, name)
+
+
+@contextlib.contextmanager
+def canned_log_1mib() -> Iterator[str]:
+    """hack/canned-logs/bench-1mib.log: 1 MiB of ~100-byte lines (the node agent serves it)."""
+    lines, size, i = [], 0, 0
+    while size < 1024 * 1024:
+        line = f"bench line {i:07d} step={i} loss={1 / (i + 1):.6f} " + "x" * 50
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+    CANNED_LOG.write_text("\n".join(lines) + "\n")
+    try:
+        yield CANNED_LOG.stem
+    finally:
+        CANNED_LOG.unlink(missing_ok=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. start-up: --help and --test.list (kubetest2 probes --help before every run)
+
+
+def bench_startup(repeats: int) -> None:
+    commands = {"startup.help": [str(BINARY), "--help"], "startup.list": [str(BINARY), "--test.list=."]}
+    # An unreachable kubeconfig: an answer proves no cluster was contacted.
+    env = {**os.environ, "KUBECONFIG": "/nonexistent/kubeconfig"}
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeats):  # interleaved, so machine noise hits both alike
+        for name, command in commands.items():
+            started = time.perf_counter()
+            subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=True)
+            times[name].append(time.perf_counter() - started)
+    for name, values in times.items():
+        emit(name, median(values), "s", f"median of {repeats}, min {min(values):.3f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. verdict latency: a status change (PATCHed here, t0) -> wait_for returns or raises (t1)
+
+
+def _patch_status(cluster: Cluster, path: str, status: Obj) -> None:
+    cluster.request("PATCH", path + "/status", body={"status": status},
+                    content_type="application/merge-patch+json")
+
+
+def _failed_pod_status() -> Obj:
+    return {"phase": "Failed", "containerStatuses": [{
+        "name": "c", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
+
+
+def _complete_job_status() -> Obj:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": [
+        {"type": t, "status": "True", "lastTransitionTime": now, "lastProbeTime": now}
+        for t in ("SuccessCriteriaMet", "Complete")]}
+
+
+def _one_verdict(cluster: Cluster, namespace: str, nodes: list[str], i: int,
+                 change: Callable[[], None], expect: str) -> float:
+    """Wait as TrainingJob.wait_succeeded does (job, its pods, the nodes); once every watch is
+    open, another thread makes the change; returns the seconds from just before the change's
+    PATCH to wait_for's return or raise."""
+    name = f"job-{i}"
+    t0: list[float] = []
+    armed = threading.Event()
+
+    def make_change() -> None:
+        time.sleep(0.3)  # let the watches open (they resume from the list either way)
+        t0.append(time.perf_counter())
+        change()
+
+    def on_event(_state: object) -> None:
+        if not armed.is_set():
+            armed.set()
+            threading.Thread(target=make_change, daemon=True).start()
+
+    fails_on = [job_failed(namespace, name), any_pod_failed(namespace, f"bench-job={name}", 600),
+                node_not_ready(nodes)]
+    try:
+        verdict = wait_for(cluster, job_succeeded(namespace, name), fails_on=fails_on, timeout=30,
+                           on_event=on_event)
+    except JobFailed as exc:
+        verdict = f"failed: {exc}"
+    t1 = time.perf_counter()
+    if expect not in verdict:
+        raise SystemExit(f"verdict bench: expected {expect!r}, got {verdict!r}")
+    return t1 - t0[0]
+
+
+def bench_verdict(kubeconfig: str, repeats: int) -> None:
+    cluster, patcher = Cluster.connect(kubeconfig), Cluster.connect(kubeconfig)
+    nodes = [n["metadata"]["name"] for n in cluster.list(NODE).get("items", [])]
+    pod_failed, job_complete = [], []
+    with bench_namespace(cluster, "verdict") as ns:
+        for i in range(repeats):
+            name = f"job-{i}"
+            # A Job no controller acts on (suspended, managed by nobody) and an unschedulable pod
+            # of it: only the PATCHes below change them.
+            cluster.apply({"apiVersion": "batch/v1", "kind": "Job",
+                           "metadata": {"name": name, "namespace": ns},
+                           "spec": {"suspend": True, "managedBy": "bench.local/nobody", "template": {
+                               "spec": {"restartPolicy": "Never",
+                                        "containers": [{"name": "c", "image": "x"}]}}}})
+            cluster.apply({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": f"{name}-pod", "namespace": ns, "labels": {"bench-job": name}},
+                           "spec": {"nodeSelector": {"bench.local/none": "true"},
+                                    "containers": [{"name": "c", "image": "x"}]}})
+            pod_failed.append(_one_verdict(cluster, ns, nodes, i, lambda n=name: _patch_status(
+                patcher, POD.object_path(f"{n}-pod", ns), _failed_pod_status()), "exited with code 3"))
+            cluster.delete(POD, f"{name}-pod", ns)
+            cluster.wait_deleted(POD, f"{name}-pod", ns, timeout=30)
+            job_complete.append(_one_verdict(cluster, ns, nodes, i, lambda n=name: _patch_status(
+                patcher, JOB.object_path(n, ns), _complete_job_status()), f"job {name} succeeded"))
+    for name, values in (("verdict.pod_failed", pod_failed), ("verdict.job_complete", job_complete)):
+        emit(name, median(values), "s", f"median of {repeats}, max {max(values):.3f} s; "
+             "t0 before the status PATCH is sent")
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. log capture: 256 pods x 1 MiB
+
+
+def _capture_child(args: argparse.Namespace) -> None:
+    """In a fresh process: capture the logs of the first `--limit` pods; print wall and peak RSS."""
+    cluster = Cluster.connect(args.kubeconfig)
+    pods = sorted(cluster.list(POD, args.namespace, label_selector=args.selector)["items"],
+                  key=lambda p: p["metadata"]["name"])[:args.limit]
+    rss_before = _proc_status_kib("VmRSS")
+    cpu_before, started = time.process_time(), time.perf_counter()
+    captured = capture_pod_logs(cluster, args.namespace, pods, Path(args.dest), workers=args.workers)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_before
+    errors = [c.error for c in captured if c.error]
+    print(json.dumps({"wall": wall, "cpu": cpu, "pods": len(pods), "bytes": sum(c.size for c in captured),
+                      "rss_before_kib": rss_before, "hwm_kib": _proc_status_kib("VmHWM"),
+                      "errors": errors[:3]}))
+
+
+def _proc_status_kib(field: str) -> int:
+    match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+    return int(match.group(1)) if match else -1
+
+
+def _run_capture(kubeconfig: str, namespace: str, selector: str, limit: int, workers: int | None = None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="capture-", dir=WORK) as dest:
+        command = [str(PYTHON), __file__, "_capture", "--kubeconfig", kubeconfig, "--namespace", namespace,
+                   "--selector", selector, "--limit", str(limit), "--dest", dest]
+        if workers:
+            command += ["--workers", str(workers)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        if result.returncode != 0:
+            raise SystemExit(f"capture child failed:\n{result.stderr}")
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bench_logs(kubeconfig: str, pods: int, repeats: int) -> None:
+    cluster = Cluster.connect(kubeconfig)
+    with canned_log_1mib() as canned, bench_namespace(cluster, "logs") as ns:
+        selector = "bench=logs"
+        progress(f"creating {pods} pods with 1 MiB logs")
+        for i in range(pods):
+            cluster.request("POST", POD.collection_path(ns), body={
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"logs-{i:03d}", "labels": {"bench": "logs"},
+                             "annotations": {f"{ANNOTATION}/canned-log": canned}},
+                "spec": {"automountServiceAccountToken": False,
+                         "tolerations": [{"operator": "Exists"}],
+                         "containers": [{"name": "main", "image": "bench"}]}})
+        wait_for(cluster, pods_ready(ns, selector, pods), timeout=300)
+        progress("pods ready; capturing")
+        one = [_run_capture(kubeconfig, ns, selector, 1)["wall"] for _ in range(repeats)]
+        results = [_run_capture(kubeconfig, ns, selector, pods) for _ in range(max(1, repeats // 2))]
+        best = min(results, key=lambda r: r["wall"])
+        all_wall = median([r["wall"] for r in results])
+        assert best["bytes"] >= pods * 1024 * 1024 and not best["errors"], best
+        emit("logs.one_pod.wall", median(one), "s", f"median of {repeats}, fresh process each")
+        emit(f"logs.{pods}_pods.wall", all_wall, "s",
+             f"median of {len(results)}; {best['bytes'] / 2**20:.0f} MiB, "
+             f"{best['bytes'] / 2**20 / all_wall:.0f} MiB/s")
+        emit(f"logs.{pods}_pods.ratio_to_one_pod", all_wall / median(one), "x")
+        emit(f"logs.{pods}_pods.peak_rss", max(r["hwm_kib"] for r in results) / 1024, "MiB",
+             f"VmHWM of the capturing process; {best['rss_before_kib'] / 1024:.0f} MiB before capturing")
+        sequential = _run_capture(kubeconfig, ns, selector, pods, workers=1)
+        emit(f"logs.{pods}_pods.sequential_python.wall", sequential["wall"], "s",
+             "capture_pod_logs(workers=1)")
+        names = [f"logs-{i:03d}" for i in range(pods)]
+        with tempfile.TemporaryDirectory(prefix="kubectl-", dir=WORK) as dest:
+            started = time.perf_counter()
+            for name in names:
+                with open(Path(dest) / f"{name}.log", "wb") as out:
+                    subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "logs", "-n", ns, name],
+                                   stdout=out, check=True, timeout=60)
+            emit(f"logs.{pods}_pods.sequential_kubectl.wall", time.perf_counter() - started, "s",
+                 "one `kubectl logs` per pod, one after the other")
+
+
+# ---------------------------------------------------------------------------------------------
+# 4 and 5. the binary against the cluster: API requests and CPU time
+
+
+def _apiserver_requests(cluster: Cluster) -> dict[str, float]:
+    """apiserver_request_total by `verb resource[/subresource]`, from /metrics."""
+    response = cluster.open_stream("/metrics", {}, read_timeout=30)
+    totals: dict[str, float] = {}
+    for line in response.data.decode().splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"{labels.get('verb')} {labels.get('resource')}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else "")
+            totals[key] = totals.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def _diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+
+
+def run_binary(kubeconfig: str, env: dict[str, str], profile: Path | None = None) -> dict[str, Any]:
+    """e2e-nvidia-training --test.run=TestBertTraining; wall, user+sys CPU and its JUnit."""
+    artifacts = Path(tempfile.mkdtemp(prefix="artifacts-", dir=WORK))
+    command = [str(BINARY)]
+    if profile is not None:
+        command = [str(PYTHON), "-m", "pyinstrument", "--show-all", "-r", "text", "-o", str(profile),
+                   "-m", "testbins.e2e_nvidia_training"]
+    command += [f"--kubeconfig={kubeconfig}", "--test.run=TestBertTraining", "--test.v"]
+    full_env = {**os.environ, "KUBECONFIG": kubeconfig, "ARTIFACTS": str(artifacts), "ACCELERATOR": "cpu",
+                "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "4m", **env}
+    started = time.perf_counter()
+    with open(artifacts / "stdout.txt", "wb") as out:
+        process = subprocess.Popen(command, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    junit = ET.parse(artifacts / "junit_e2e-nvidia-training.xml").getroot()
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    case = junit.find(".//testcase")
+    outcome = "PASS"
+    for tag in ("failure", "error", "skipped"):
+        element = case.find(tag) if case is not None else None
+        if element is not None:
+            outcome = f"{tag.upper()}: {(element.get('message') or '')[:120]}"
+    result = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "user": usage.ru_utime,
+              "sys": usage.ru_stime, "rc": process.returncode, "outcome": outcome,
+              "api_requests": int(properties.get("api-requests", -1)),
+              "job_seconds": properties.get("job.seconds"), "artifacts": artifacts}
+    return result
+
+
+def bench_requests(kubeconfig: str) -> None:
+    cluster = Cluster.connect(kubeconfig)
+    runs = {}
+    for duration in ("2s", "20s"):
+        progress(f"TestBertTraining on 2 nodes, pods running {duration}")
+        before = _apiserver_requests(cluster)
+        result = run_binary(kubeconfig, {"NODE_COUNT": "2",
+                                         "POD_ANNOTATIONS": f"{ANNOTATION}/run-duration={duration}"})
+        delta = _diff(_apiserver_requests(cluster), before)
+        # The cluster's own clients (controllers, kwok, the node agent) keep talking meanwhile:
+        # their rate, idle, over as long as the run took.
+        idle_before = _apiserver_requests(cluster)
+        time.sleep(min(result["wall"], 25))
+        idle = sum(_diff(_apiserver_requests(cluster), idle_before).values()) * result["wall"] / min(result["wall"], 25)
+        runs[duration] = (result, delta, idle)
+        shutil.rmtree(result["artifacts"], ignore_errors=True)
+    for duration, (result, delta, idle) in runs.items():
+        prefix = f"requests.pods_{duration}"
+        emit(f"{prefix}.wall", result["wall"], "s", f"{result['outcome']}; job {result['job_seconds']} s")
+        emit(f"{prefix}.harness", result["api_requests"], "requests",
+             "counted by the harness's client (JUnit property api-requests)")
+        total = sum(delta.values())
+        emit(f"{prefix}.apiserver", int(total), "requests",
+             f"apiserver_request_total delta, all clients; idle cluster over the same time: {idle:.0f}")
+        top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
+        progress(f"{prefix} top verb/resource: " + ", ".join(f"{k} {v:.0f}" for k, v in top))
+
+
+def bench_cpu(kubeconfig: str, nodes: int, profile: bool) -> None:
+    cluster = Cluster.connect(kubeconfig)
+    progress(f"TestBertTraining on {nodes} nodes (ACCELERATOR=cpu: one pod per node)")
+    before = _apiserver_requests(cluster)
+    result = run_binary(kubeconfig, {"NODE_COUNT": str(nodes)})
+    delta = sum(_diff(_apiserver_requests(cluster), before).values())
+    prefix = f"cpu.pods_{nodes}"
+    emit(f"{prefix}.wall", result["wall"], "s", f"{result['outcome']}; job {result['job_seconds']} s")
+    emit(f"{prefix}.harness_cpu", result["cpu"], "s", f"user {result['user']:.2f} s + sys {result['sys']:.2f} s")
+    emit(f"{prefix}.harness_requests", result["api_requests"], "requests",
+         f"JUnit api-requests; apiserver_request_total grew {delta:.0f} (all clients)")
+    shutil.rmtree(result["artifacts"], ignore_errors=True)
+    if profile:
+        out = WORK / f"profile-{nodes}-pods.txt"
+        prof = run_binary(kubeconfig, {"NODE_COUNT": str(nodes)}, profile=out)
+        shutil.rmtree(prof["artifacts"], ignore_errors=True)
+        emit(f"{prefix}.profile", str(out), "", f"pyinstrument, wall {prof['wall']:.1f} s under the profiler")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = sys.argv[1:2] == ["_capture"]
+    if sub:
+        parser.add_argument("mode")
+        parser.add_argument("--kubeconfig", required=True)
+        parser.add_argument("--namespace", required=True)
+        parser.add_argument("--selector", required=True)
+        parser.add_argument("--limit", type=int, required=True)
+        parser.add_argument("--dest", required=True)
+        parser.add_argument("--workers", type=int, default=16)
+        _capture_child(parser.parse_args())
+        return
+    parser.add_argument("figures", nargs="*", help=f"some of {', '.join(FIGURES)} (default: all)")
+    parser.add_argument("--repeats", type=int, default=20, help="samples per median (default 20)")
+    parser.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster running")
+    parser.add_argument("--profile", action="store_true", help="cpu: also a pyinstrument profile")
+    args = parser.parse_args()
+    figures = args.figures or list(FIGURES)
+    unknown = set(figures) - set(FIGURES)
+    if unknown:
+        parser.error(f"unknown figures {sorted(unknown)}; choose from {', '.join(FIGURES)}")
+    WORK.mkdir(parents=True, exist_ok=True)
+    if "startup" in figures:
+        bench_startup(args.repeats)
+    rest = [f for f in figures if f != "startup"]
+    if not rest:
+        return
+    with bench_cluster(args.keep_cluster) as kubeconfig:
+        if {"verdict", "requests"} & set(rest):
+            set_nodes(2)
+        if "verdict" in rest:
+            bench_verdict(kubeconfig, args.repeats)
+        if "requests" in rest:
+            bench_requests(kubeconfig)
+        if {"logs", "cpu"} & set(rest):
+            set_nodes(CPU_NODES)
+        if "logs" in rest:
+            bench_logs(kubeconfig, LOG_PODS, min(args.repeats, 6))
+        if "cpu" in rest:
+            bench_cpu(kubeconfig, CPU_NODES, args.profile)
+
+
+if __name__ == "__main__":
+    main()
