@@ -48,13 +48,22 @@ def job(name: str, namespace: str, annotations: dict[str, str] | None = None, co
             "backoffLimit": 0 if restart_policy == "Never" else 6, "completions": completions,
             "parallelism": completions,
             "template": {
-                "metadata": {"labels": {**LABELS, "job": name}, "annotations": annotations or {}},
+                "metadata": {"labels": {**LABELS, "job": name}, "annotations": canned_by_default(annotations)},
                 "spec": {"restartPolicy": restart_policy, "containers": [
                     {"name": f"c{i}", "image": "registry.invalid/never-pulled:1", "command": ["train"],
                      "resources": resources} for i in range(containers)]},
             },
         },
     }
+
+
+def canned_by_default(annotations: dict[str, str] | None) -> dict[str, str]:
+    """kwok's stages and canned lines, not real execution: a pod without a `fail` annotation gets
+    the canned log `bert-mpirun-32ranks` unless it names one."""
+    annotations = dict(annotations or {})
+    if INJECT + "fail" not in annotations:
+        annotations.setdefault(INJECT + "canned-log", "bert-mpirun-32ranks")
+    return annotations
 
 
 def wait_job(kube: Cluster, namespace: str, name: str, grace: float = 1.0, timeout: float = 60) -> str:

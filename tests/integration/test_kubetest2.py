@@ -29,10 +29,22 @@ def kt2t_bin() -> Path:
     return Path(out.stdout.strip())
 
 
+CANNED_DEFAULT = "kubetest2-training.local/canned-log=bert-mpirun-32ranks"
+
+
+def canned_by_default(pod_annotations: str) -> str:
+    """These tests' pods are canned (the names say so): POD_ANNOTATIONS gets the canned log
+    `bert-mpirun-32ranks` unless it names one or injects a failure (which is canned anyway)."""
+    if "kubetest2-training.local/canned-log" in pod_annotations or "kubetest2-training.local/fail=" in pod_annotations:
+        return pod_annotations
+    return ",".join(a for a in (pod_annotations, CANNED_DEFAULT) if a)
+
+
 def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
               env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
                 "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
+    full_env["POD_ANNOTATIONS"] = canned_by_default(full_env.get("POD_ANNOTATIONS", ""))
     full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
     command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
                f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]

@@ -1,6 +1,8 @@
 """The local cluster itself (hack/local-cluster): nodes, pods through kwok's stages, logs, MPIJob, down.
 
-Pods here are kwok's: they run nothing, their logs are canned (hack/canned-logs/).
+Pods here are kwok's: they run nothing, their logs are canned (hack/canned-logs/); `job()` says so
+with the canned-log annotation (without one the node agent would run their command for real, see
+test_pod_execution.py).
 """
 
 from __future__ import annotations
@@ -34,11 +36,20 @@ def job(name: str, annotations: dict[str, str] | None = None, containers: int = 
         spec=client.V1JobSpec(
             backoff_limit=backoff_limit,
             template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(annotations=annotations or {}, labels={"test-job": name}),
+                metadata=client.V1ObjectMeta(annotations=canned_by_default(annotations), labels={"test-job": name}),
                 spec=client.V1PodSpec(restart_policy=restart_policy, containers=[
                     client.V1Container(name=f"c{i}", image="registry.invalid/never-pulled:1",
                                        command=["python", "train.py"], resources=resources)
                     for i in range(containers)]))))
+
+
+def canned_by_default(annotations: dict[str, str] | None) -> dict[str, str]:
+    """kwok's stages and canned lines, not real execution: a pod without a `fail` annotation gets
+    the canned log `bert-mpirun-32ranks` unless it names one."""
+    annotations = dict(annotations or {})
+    if ANNOTATION + "fail" not in annotations:
+        annotations.setdefault(ANNOTATION + "canned-log", "bert-mpirun-32ranks")
+    return annotations
 
 
 def canned(name: str) -> list[str]:

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.integration
 
 BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
 INJECT = "kubetest2-training.local/"
-LONG_RUNNING = f"{INJECT}run-duration=10m"
+# Canned (kwok's stages keep the pods running): real BERT would take minutes on 2 cores.
+CANNED = f"{INJECT}canned-log=bert-mpirun-32ranks"
+LONG_RUNNING = f"{INJECT}run-duration=10m,{CANNED}"
 
 
 def start(cluster: LocalCluster, artifacts: Path, *args: str, env: dict[str, str] | None = None,
@@ -36,7 +38,8 @@ def start(cluster: LocalCluster, artifacts: Path, *args: str, env: dict[str, str
     """Start the binary on TestBertTraining; returns the process and its test namespace."""
     run_id = uuid.uuid4().hex[:8]
     full_env = {**os.environ, "KUBECONFIG": str(kubeconfig or cluster.kubeconfig), "ARTIFACTS": str(artifacts),
-                "KUBETEST2_RUN_ID": run_id, "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
+                "KUBETEST2_RUN_ID": run_id, "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", "POD_ANNOTATIONS": CANNED,
+                **(env or {})}
     process = subprocess.Popen([BINARY, "--test.run=TestBertTraining", "--test.v", *args], env=full_env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return process, f"kt2t-{run_id}-testberttraining"
@@ -123,7 +126,7 @@ def test_node_not_ready_mid_run_fails_naming_the_node(default_nodes: LocalCluste
 
 
 def test_api_server_restart_mid_wait_resumes(cluster: LocalCluster, tmp_path: Path):
-    annotations = f"{INJECT}run-duration=20s"
+    annotations = f"{INJECT}run-duration=20s,{CANNED}"
     process, namespace = start(cluster, tmp_path, env={"POD_ANNOTATIONS": annotations})
     wait_for(lambda: pods_running(cluster, namespace), 60, "the job's pods to run")
     run_local_cluster("restart", "kube-apiserver")
