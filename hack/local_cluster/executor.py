@@ -168,6 +168,8 @@ class PodRun:
         self.lock = threading.RLock()
         self.status_lock = threading.Lock()
         self.stopping = threading.Event()
+        # Set when the pod was deleted (then removed once stopped); not when the agent itself stops.
+        self.deleted = threading.Event()
         self.started_at = now_rfc3339()
         self.initialized = not self.init_specs
         self.phase = "Pending"

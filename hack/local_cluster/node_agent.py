@@ -148,6 +148,7 @@ class NodeAgent:
         if run is not None:
             if meta.get("deletionTimestamp") and not run.stopping.is_set():
                 grace = meta.get("deletionGracePeriodSeconds")
+                run.deleted.set()
                 run.stopping.set()
                 threading.Thread(target=run.stop, args=(STOP_GRACE_DEFAULT_S if grace is None else grace,),
                                  daemon=True, name=f"stop-{meta['name']}").start()
@@ -225,7 +226,7 @@ class NodeAgent:
     def finished(self, run: PodRun) -> None:
         """All containers done. A deleted pod is then removed (grace 0), as the kubelet does once
         its containers have stopped; the Job controller has seen its final status by then."""
-        if run.stopping.is_set():
+        if run.deleted.is_set():
             try:
                 self.api.request("DELETE", f"/api/v1/namespaces/{run.namespace}/pods/{run.name}",
                                  {"gracePeriodSeconds": 0, "preconditions": {"uid": run.uid}})
