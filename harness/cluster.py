@@ -18,15 +18,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import urllib3
-
 from harness.errors import ClusterError
 
 if TYPE_CHECKING:
+    import urllib3
     from kubernetes import client as k8s_client
 
 # The kubernetes client is imported when a Cluster connects, not at import: it takes ~0.15 s to
 # load, and `--help` / `--test.list` (probed by kubetest2 before every run) must not pay for it.
+# urllib3 likewise (~0.05 s, a quarter of `--help`'s time; bench/harness.py startup): the
+# functions below import it, by then the kubernetes client has loaded it.
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,8 @@ def is_transient(exc: BaseException) -> bool:
     # kubernetes' ApiException(status=0) wraps TLS errors of a server that is (re)starting.
     if type(exc).__name__ == "ApiException" and getattr(exc, "status", None) == 0:
         return True
+    import urllib3
+
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
 
 
@@ -350,6 +353,8 @@ class WatchStream:
         self._closed = False
 
     def __iter__(self) -> Iterator[tuple[str, Obj]]:
+        import urllib3
+
         try:
             for line in _lines(self._response):
                 event = json.loads(line)
