@@ -1,4 +1,4 @@
-"""Training checkpoints: atomic writes by rank 0, and the latest one handed to every rank on resume."""
+"""Training checkpoints: atomic writes by each node's local rank 0; the newest handed to every rank on resume."""
 
 from __future__ import annotations
 
@@ -39,16 +39,23 @@ def save(directory: Path, step: int, state: dict[str, Any]) -> Path:
     return final
 
 
-def load_latest_everywhere(directory: Path, is_main: bool) -> dict[str, Any] | None:
-    """Rank 0 reads the newest checkpoint and broadcasts it, so nodes need no shared volume.
+def load_latest_everywhere(directory: Path) -> dict[str, Any] | None:
+    """The newest checkpoint any rank can see, read by one rank and broadcast to all.
 
-    Every rank must call this (it is a collective). Returns None when there is nothing to resume.
+    Every node's local rank 0 saves into its own directory, and after an elastic restart global
+    ranks may land on other nodes, so rank 0 alone may have nothing: each rank reports the newest
+    step it sees, the lowest rank holding the overall newest reads it, and a broadcast hands it to
+    the others, so no shared volume is needed. A collective: every rank must call it. Returns None
+    when no rank has anything to resume from.
     """
-    state: dict[str, Any] | None = None
-    if is_main:
-        step = latest_step(directory)
-        if step is not None:
-            state = torch.load(_path(directory, step), map_location="cpu", weights_only=True)
-    box: list[dict[str, Any] | None] = [state]
-    dist.broadcast_object_list(box, src=0)  # staged through the current CUDA device under NCCL
+    seen: list[int | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, latest_step(directory))
+    newest = max((s for s in seen if s is not None), default=None)
+    if newest is None:
+        return None
+    source = seen.index(newest)
+    box: list[dict[str, Any] | None] = [None]
+    if dist.get_rank() == source:
+        box[0] = torch.load(_path(directory, newest), map_location="cpu", weights_only=True)
+    dist.broadcast_object_list(box, src=source)  # staged through the current CUDA device under NCCL
     return box[0]

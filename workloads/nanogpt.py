@@ -156,7 +156,7 @@ def train(args: argparse.Namespace, session: Session) -> None:
     step = 0
     resumed_from: int | None = None
     if args.checkpoint_dir is not None:
-        state = checkpoint.load_latest_everywhere(args.checkpoint_dir, session.is_main)
+        state = checkpoint.load_latest_everywhere(args.checkpoint_dir)
         if state is not None:
             if state["model_config"] != asdict(args.model):
                 raise ValueError(f"checkpoint in {args.checkpoint_dir} is for another model: {state['model_config']}")
@@ -206,7 +206,8 @@ def train(args: argparse.Namespace, session: Session) -> None:
             mfu_text = "n/a" if shown is None else f"{shown * 100:.2f}%"
             say(f"iter {step}: loss {lossf:.4f}, time {dt * 1000:.2f}ms, mfu {mfu_text}")
         step += 1
-        if args.checkpoint_every and step % args.checkpoint_every == 0 and session.is_main:
+        # One writer per node (local rank 0): a copy survives on every node, whichever is lost.
+        if args.checkpoint_every and step % args.checkpoint_every == 0 and session.env.local_rank == 0:
             checkpoint.save(
                 args.checkpoint_dir,
                 step,
@@ -217,6 +218,7 @@ def train(args: argparse.Namespace, session: Session) -> None:
                     "model_config": asdict(args.model),
                 },
             )
+            say(f"saved checkpoint at step {step}")
 
     # Steady state: leave out nanoGPT's warm-up iterations when there are enough to spare.
     timed = iter_times[MFU_WARMUP_ITERS:] if len(iter_times) > 2 * MFU_WARMUP_ITERS else iter_times

@@ -31,6 +31,9 @@ def test_nanogpt_resumes_after_rank_failure(torchrun, tmp_path):
     )
     assert run.returncode == 0, run.explain()
     assert "injected failure before step 25" in run.stderr
+    # the line the harness follows to know a checkpoint exists (first attempt: 10, 20; then 30, 40)
+    saved = [int(ln.rsplit(" ", 1)[1]) for ln in run.stdout.splitlines() if ln.startswith("saved checkpoint at step ")]
+    assert saved == [10, 20, 30, 40], run.explain()
     # Checkpoints at 10 and 20; step 25 was never saved, so the new attempt starts at 20.
     assert run.stdout.count("resumed from step 20") == 1, run.explain()  # rank 0 only
     lines = run.stdout.splitlines()
