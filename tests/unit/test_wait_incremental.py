@@ -30,6 +30,17 @@ def test_a_new_version_of_a_pod_is_judged_again():
     assert cond.check(state, 0) is None
 
 
+def test_the_first_failure_in_name_order_is_named_whatever_the_order_of_events():
+    state, cond = ClusterState(), any_pod_failed("ns", "x=y", 60)
+    state.replace_all("Pod", [pod("w-0", "1"), pod("w-1", "1")])
+    state.update("Pod", "MODIFIED", pod("w-1", "2", phase="Failed", exit_code=1))
+    assert cond.blame(state, 0) == "w-1"
+    state.update("Pod", "MODIFIED", pod("w-0", "3", phase="Failed", exit_code=2))
+    assert cond.blame(state, 0) == "w-0"
+    state.replace_all("Pod", [pod("w-1", "2", phase="Failed", exit_code=1)])  # re-listed: w-0 gone
+    assert cond.blame(state, 0) == "w-1"
+
+
 def test_a_grace_period_runs_out_without_a_new_version():
     state, cond = ClusterState(), any_pod_failed("ns", "x=y", 60)
     state.replace_all("Pod", [pod("w-0", "1", phase="Pending", waiting="ImagePullBackOff")])
