@@ -35,7 +35,29 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION
 
 build_tool kubetest2 "$KUBETEST2_VERSION" "-s -w" sigs.k8s.io/kubetest2 \
   sigs.k8s.io/kubetest2/kubetest2-noop sigs.k8s.io/kubetest2/kubetest2-tester-exec
-build_tool kwok "$KWOK_VERSION" "-s -w" sigs.k8s.io/kwok/cmd/kwok
+# kwok: its log reader asks a stub runtime whether the container still runs and, told
+# "unavailable", follows forever (`kubectl logs -f` never ends). hack/go/kwok/follow-ends.patch
+# makes the stub answer "exited" once the node agent has put "<log file>.exited" next to the log.
+# The patched copy of the module replaces the pinned one (`go mod edit -replace` on a copy of
+# hack/go/kwok's go.mod): only kwok's own packages are compiled again. Cache key "-follow-ends".
+KWOK_BUILD=$KWOK_VERSION-follow-ends
+kwok_dest="$KT2T_CACHE/kwok@$KWOK_BUILD"
+if [[ -x "$kwok_dest/kwok" ]]; then
+  log "kwok@$KWOK_BUILD cached in $kwok_dest"
+else
+  log "building kwok@$KWOK_BUILD ..."
+  t0=$SECONDS
+  work=$(mktemp -d)
+  kwok_src=$(cd "$here/go/kwok" && go mod download -json sigs.k8s.io/kwok | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  cp -r "$kwok_src" "$work/kwok" && chmod -R u+w "$work/kwok"
+  patch -s -d "$work/kwok" -p1 <"$here/go/kwok/follow-ends.patch"
+  cp "$here/go/kwok/go.mod" "$here/go/kwok/go.sum" "$work/"
+  rm -rf "$kwok_dest.partial" && mkdir -p "$kwok_dest.partial"
+  (cd "$work" && go mod edit -replace sigs.k8s.io/kwok=./kwok \
+    && go build -ldflags "-s -w" -o "$kwok_dest.partial/" sigs.k8s.io/kwok/cmd/kwok)
+  rm -rf "$work" "$kwok_dest" && mv "$kwok_dest.partial" "$kwok_dest"
+  log "built kwok@$KWOK_BUILD in $((SECONDS - t0))s"
+fi
 # mpi-operator serves its leader-election health check on ":8080", every interface, fixed port.
 # Build it from a patched copy of its two main-package files that listens on
 # $MPI_OPERATOR_HEALTH_ADDRESS (default 127.0.0.1:8080), so every listener of the local cluster
@@ -97,7 +119,7 @@ fi
 
 # One folder with links to every binary, for PATH.
 mkdir -p "$KT2T_BIN"
-for dir in "$KT2T_CACHE/kubetest2@$KUBETEST2_VERSION" "$KT2T_CACHE/kwok@$KWOK_VERSION" \
+for dir in "$KT2T_CACHE/kubetest2@$KUBETEST2_VERSION" "$kwok_dest" \
            "$mpi_dest" "$KT2T_CACHE/kubernetes@$K8S_VERSION" \
            "$etcd_dest"; do
   for bin in "$dir"/*; do ln -sfn "$bin" "$KT2T_BIN/$(basename "$bin")"; done

@@ -268,6 +268,7 @@ class PodRun:
         for reader in readers:
             reader.join(timeout=10)
         log.close()
+        mark_exited(self.log_path(name))
         exit_code = 128 - code if code < 0 else code
         reason = "Completed" if exit_code == 0 else "Error"
         with self.lock:
@@ -279,6 +280,7 @@ class PodRun:
     def _not_started(self, state: ContainerState, log: CriLogWriter, started: str, reason: str, message: str) -> int:
         log.note(f"node agent: {reason}: {message}")
         log.close()
+        mark_exited(self.log_path(state.name))
         with self.lock:
             state.pid = None
             state.state = {"terminated": {"exitCode": 128, "reason": reason, "message": message,
@@ -401,6 +403,8 @@ class PodRun:
         current = self.log_path(container)
         with contextlib.suppress(OSError):
             os.replace(current, current.with_name("previous.log"))
+        with contextlib.suppress(OSError):
+            os.replace(exited_marker(current), exited_marker(current.with_name("previous.log")))
 
     # ---- status ---------------------------------------------------------------------------------
 
@@ -470,6 +474,17 @@ class PodRun:
             })
         except (ApiError, OSError) as error:
             agent_log(f"event {reason} of pod {self.namespace}/{self.name}: {error}")
+
+
+def exited_marker(log_file: Path) -> Path:
+    """Next to a container log: the container has exited. kwok (patched by build-binaries.sh)
+    then ends a `follow` of that log at its end, as the kubelet does when a container stops."""
+    return log_file.with_name(log_file.name + ".exited")
+
+
+def mark_exited(log_file: Path) -> None:
+    with contextlib.suppress(OSError):
+        exited_marker(log_file).touch()
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:

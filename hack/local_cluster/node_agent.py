@@ -43,6 +43,7 @@ from .executor import (
     PodContext,
     PodRun,
     kill_group,
+    mark_exited,
     now_rfc3339,
 )
 from .pki import Pki
@@ -153,7 +154,11 @@ class NodeAgent:
                 threading.Thread(target=run.stop, args=(STOP_GRACE_DEFAULT_S if grace is None else grace,),
                                  daemon=True, name=f"stop-{meta['name']}").start()
             return
-        if meta["uid"] in self.handled_uids or not pod["spec"].get("nodeName"):
+        if meta["uid"] in self.handled_uids:
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                self.canned_pod_ended(pod)
+            return
+        if not pod["spec"].get("nodeName"):
             return
         annotations = meta.get("annotations") or {}
         if annotations.get(EXECUTED_ANNOTATION) == EXECUTED_BY:
@@ -177,8 +182,9 @@ class NodeAgent:
             (container_dir / "0.log").write_text(content)
             entry: dict[str, Any] = {"containers": [name], "logsFile": str(container_dir / "0.log")}
             if crash_loops:
-                # The crashed run's output, served for `kubectl logs --previous`.
+                # The crashed run's output, served for `kubectl logs --previous`; that run is over.
                 (container_dir / "previous.log").write_text(content)
+                mark_exited(container_dir / "previous.log")
                 entry["previousLogsFile"] = str(container_dir / "previous.log")
             entries.append(entry)
         self.apply_logs(pod, entries)
@@ -287,6 +293,14 @@ class NodeAgent:
         }, FIELD_MANAGER)
 
     # ---- canned logs --------------------------------------------------------------------------------
+
+    def canned_pod_ended(self, pod: dict[str, Any]) -> None:
+        """kwok's stages finished a canned pod: its logs are complete, a follow may end there."""
+        pod_dir = self.pod_dir(pod)
+        for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+            log_file = pod_dir / container["name"] / "0.log"
+            if log_file.exists():
+                mark_exited(log_file)
 
     def canned_lines(self, annotations: dict[str, str], container: str) -> list[str]:
         if annotations.get(FAIL_ANNOTATION) == "image-pull":
