@@ -1,0 +1,96 @@
+"""The node agent's view of a container (hack/local_cluster/container_env.py): `$(VAR)` expansion
+with the kubelet's rules, field refs, and the loopback rewriting of cluster names and ports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from local_cluster.container_env import (
+    ContainerConfigError,
+    LoopbackNames,
+    PortAllocator,
+    expand,
+    field_value,
+)
+
+VARS = {"A": "1", "B": "two"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("$(A)-$(B)", "1-two"),
+    ("$(UNDEFINED)", "$(UNDEFINED)"),
+    ("$$(A)", "$(A)"),
+    ("$$", "$"),
+    ("cost $5", "cost $5"),
+    ("$(A", "$(A"),
+    ("end$", "end$"),
+    ("", ""),
+])
+def test_expand_follows_the_kubelet(text: str, expected: str):
+    assert expand(text, VARS.get) == expected
+
+
+POD = {
+    "metadata": {"name": "w-0-abc", "namespace": "ns", "uid": "u1",
+                 "annotations": {"batch.kubernetes.io/job-completion-index": "0"}, "labels": {"app": "x"}},
+    "spec": {"nodeName": "kwok-cpu-0"},
+}
+
+
+def test_field_refs():
+    assert field_value(POD, "metadata.annotations['batch.kubernetes.io/job-completion-index']") == "0"
+    assert field_value(POD, "metadata.labels['app']") == "x"
+    assert field_value(POD, "spec.nodeName") == "kwok-cpu-0"
+    assert field_value(POD, "status.podIP") == "127.0.0.1"
+    with pytest.raises(ContainerConfigError):
+        field_value(POD, "spec.nope")
+
+
+def names(hostname: str, ports: PortAllocator | None = None) -> LoopbackNames:
+    return LoopbackNames("ns", {"job"}, "job", hostname, ports or PortAllocator())
+
+
+def test_cluster_names_become_loopback_and_others_stay():
+    n = names("job-0")
+    assert n.env_value("MASTER_ADDR", "job-0.job") == "127.0.0.1"
+    assert n.env_value("MASTER_ADDR", "job") == "127.0.0.1"
+    assert n.env_value("URL", "http://job-1.job.ns.svc.cluster.local:80/x") == "http://127.0.0.1:80/x"
+    assert n.env_value("URL", "job.ns.svc") == "127.0.0.1"
+    assert n.env_value("OTHER", "job-0.other") == "job-0.other"  # not a Service of this namespace
+    assert n.env_value("OTHER", "job-0.job.otherns") == "job-0.job.otherns"
+    assert n.argv(["x", "--rdzv-id=job", "job"]) == ["x", "--rdzv-id=job", "job"]  # bare names stay
+
+
+def test_ports_are_per_job_and_shared_by_its_pods():
+    ports = PortAllocator()
+    first, second = names("job-0", ports), names("job-1", ports)
+    port = first.env_value("MASTER_PORT", "29500")
+    assert port != "29500" and second.env_value("MASTER_PORT", "29500") == port
+    other = LoopbackNames("ns", {"other"}, "other", "other-0", ports).env_value("MASTER_PORT", "29500")
+    assert other != port
+    assert first.argv(["torchrun", "--master-port=29500", "--master_port", "29500"]) == [
+        "torchrun", f"--master-port={port}", "--master_port", port]
+
+
+def test_static_torchrun_arguments():
+    argv = names("job-1").argv(["torchrun", "--nnodes=2", "--master-addr=job-0.job", "--master-port=29500",
+                                "-m", "workloads.bert"])
+    assert argv[2] == "--master-addr=127.0.0.1"
+    assert argv[3].startswith("--master-port=") and argv[3] != "--master-port=29500"
+    assert argv[4:] == ["-m", "workloads.bert"]
+
+
+def test_rdzv_endpoint_gets_a_port_and_one_host():
+    ports = PortAllocator()
+    host = names("job-0", ports).argv(["torchrun", "--rdzv-endpoint=job-0.job:29500", "-m", "w"])
+    guest = names("job-1", ports).argv(["torchrun", "--rdzv-endpoint=job-0.job:29500", "-m", "w"])
+    port = host[2].rsplit(":", 1)[1]
+    assert host == ["torchrun", "--rdzv-conf=is_host=1", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "w"]
+    assert guest == ["torchrun", "--rdzv-conf=is_host=0", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "w"]
+    merged = names("job-1", ports).argv(["torchrun", "--rdzv-conf=timeout=9", "--rdzv-endpoint=job-0.job:29500"])
+    assert merged[1] == "--rdzv-conf=timeout=9,is_host=0"
