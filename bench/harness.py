@@ -66,8 +66,14 @@ def progress(message: str) -> None:
 
 
 def local_cluster(*args: str, timeout: float = 600) -> str:
-    result = subprocess.run([str(LOCAL_CLUSTER), *args], env={**os.environ, **CLUSTER_ENV},
-                            capture_output=True, text=True, timeout=timeout, check=False)
+    result = subprocess.run(
+        [str(LOCAL_CLUSTER), *args],
+        env={**os.environ, **CLUSTER_ENV},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if result.returncode != 0:
         raise SystemExit(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
     return result.stdout
@@ -146,25 +152,41 @@ def bench_startup(repeats: int) -> None:
 
 
 def _patch_status(cluster: Cluster, path: str, status: Obj) -> None:
-    cluster.request("PATCH", path + "/status", body={"status": status},
-                    content_type="application/merge-patch+json")
+    cluster.request("PATCH", path + "/status", body={"status": status}, content_type="application/merge-patch+json")
 
 
 def _failed_pod_status() -> Obj:
-    return {"phase": "Failed", "containerStatuses": [{
-        "name": "c", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
-        "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
+    return {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": "c",
+                "image": "x",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 3, "reason": "Error"}},
+            }
+        ],
+    }
 
 
 def _complete_job_status() -> Obj:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": [
-        {"type": t, "status": "True", "lastTransitionTime": now, "lastProbeTime": now}
-        for t in ("SuccessCriteriaMet", "Complete")]}
+    return {
+        "startTime": now,
+        "completionTime": now,
+        "succeeded": 1,
+        "conditions": [
+            {"type": t, "status": "True", "lastTransitionTime": now, "lastProbeTime": now}
+            for t in ("SuccessCriteriaMet", "Complete")
+        ],
+    }
 
 
-def _one_verdict(cluster: Cluster, namespace: str, nodes: list[str], i: int,
-                 change: Callable[[], None], expect: str) -> float:
+def _one_verdict(
+    cluster: Cluster, namespace: str, nodes: list[str], i: int, change: Callable[[], None], expect: str
+) -> float:
     """Wait as TrainingJob.wait_succeeded does (job, its pods, the nodes); once every watch is
     open, another thread makes the change; returns the seconds from just before the change's
     PATCH to wait_for's return or raise."""
@@ -182,11 +204,9 @@ def _one_verdict(cluster: Cluster, namespace: str, nodes: list[str], i: int,
             armed.set()
             threading.Thread(target=make_change, daemon=True).start()
 
-    fails_on = [job_failed(namespace, name), any_pod_failed(namespace, f"bench-job={name}", 600),
-                node_not_ready(nodes)]
+    fails_on = [job_failed(namespace, name), any_pod_failed(namespace, f"bench-job={name}", 600), node_not_ready(nodes)]
     try:
-        verdict = wait_for(cluster, job_succeeded(namespace, name), fails_on=fails_on, timeout=30,
-                           on_event=on_event)
+        verdict = wait_for(cluster, job_succeeded(namespace, name), fails_on=fails_on, timeout=30, on_event=on_event)
     except JobFailed as exc:
         verdict = f"failed: {exc}"
     t1 = time.perf_counter()
@@ -204,24 +224,55 @@ def bench_verdict(kubeconfig: str, repeats: int) -> None:
             name = f"job-{i}"
             # A Job no controller acts on (suspended, managed by nobody) and an unschedulable pod
             # of it: only the PATCHes below change them.
-            cluster.apply({"apiVersion": "batch/v1", "kind": "Job",
-                           "metadata": {"name": name, "namespace": ns},
-                           "spec": {"suspend": True, "managedBy": "bench.local/nobody", "template": {
-                               "spec": {"restartPolicy": "Never",
-                                        "containers": [{"name": "c", "image": "x"}]}}}})
-            cluster.apply({"apiVersion": "v1", "kind": "Pod",
-                           "metadata": {"name": f"{name}-pod", "namespace": ns, "labels": {"bench-job": name}},
-                           "spec": {"nodeSelector": {"bench.local/none": "true"},
-                                    "containers": [{"name": "c", "image": "x"}]}})
-            pod_failed.append(_one_verdict(cluster, ns, nodes, i, lambda n=name: _patch_status(
-                patcher, POD.object_path(f"{n}-pod", ns), _failed_pod_status()), "exited with code 3"))
+            cluster.apply(
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {
+                        "suspend": True,
+                        "managedBy": "bench.local/nobody",
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
+                    },
+                }
+            )
+            cluster.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{name}-pod", "namespace": ns, "labels": {"bench-job": name}},
+                    "spec": {"nodeSelector": {"bench.local/none": "true"}, "containers": [{"name": "c", "image": "x"}]},
+                }
+            )
+            pod_failed.append(
+                _one_verdict(
+                    cluster,
+                    ns,
+                    nodes,
+                    i,
+                    lambda n=name: _patch_status(patcher, POD.object_path(f"{n}-pod", ns), _failed_pod_status()),
+                    "exited with code 3",
+                )
+            )
             cluster.delete(POD, f"{name}-pod", ns)
             cluster.wait_deleted(POD, f"{name}-pod", ns, timeout=30)
-            job_complete.append(_one_verdict(cluster, ns, nodes, i, lambda n=name: _patch_status(
-                patcher, JOB.object_path(n, ns), _complete_job_status()), f"job {name} succeeded"))
+            job_complete.append(
+                _one_verdict(
+                    cluster,
+                    ns,
+                    nodes,
+                    i,
+                    lambda n=name: _patch_status(patcher, JOB.object_path(n, ns), _complete_job_status()),
+                    f"job {name} succeeded",
+                )
+            )
     for name, values in (("verdict.pod_failed", pod_failed), ("verdict.job_complete", job_complete)):
-        emit(name, median(values), "s", f"median of {repeats}, max {max(values):.3f} s; "
-             "t0 before the status PATCH is sent")
+        emit(
+            name,
+            median(values),
+            "s",
+            f"median of {repeats}, max {max(values):.3f} s; t0 before the status PATCH is sent",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,16 +282,27 @@ def bench_verdict(kubeconfig: str, repeats: int) -> None:
 def _capture_child(args: argparse.Namespace) -> None:
     """In a fresh process: capture the logs of the first `--limit` pods; print wall and peak RSS."""
     cluster = Cluster.connect(args.kubeconfig)
-    pods = sorted(cluster.list(POD, args.namespace, label_selector=args.selector)["items"],
-                  key=lambda p: p["metadata"]["name"])[:args.limit]
+    pods = sorted(
+        cluster.list(POD, args.namespace, label_selector=args.selector)["items"], key=lambda p: p["metadata"]["name"]
+    )[: args.limit]
     rss_before = _proc_status_kib("VmRSS")
     cpu_before, started = time.process_time(), time.perf_counter()
     captured = capture_pod_logs(cluster, args.namespace, pods, Path(args.dest), workers=args.workers)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_before
     errors = [c.error for c in captured if c.error]
-    print(json.dumps({"wall": wall, "cpu": cpu, "pods": len(pods), "bytes": sum(c.size for c in captured),
-                      "rss_before_kib": rss_before, "hwm_kib": _proc_status_kib("VmHWM"),
-                      "errors": errors[:3]}))
+    print(
+        json.dumps(
+            {
+                "wall": wall,
+                "cpu": cpu,
+                "pods": len(pods),
+                "bytes": sum(c.size for c in captured),
+                "rss_before_kib": rss_before,
+                "hwm_kib": _proc_status_kib("VmHWM"),
+                "errors": errors[:3],
+            }
+        )
+    )
 
 
 def _proc_status_kib(field: str) -> int:
@@ -250,8 +312,21 @@ def _proc_status_kib(field: str) -> int:
 
 def _run_capture(kubeconfig: str, namespace: str, selector: str, limit: int, workers: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="capture-", dir=WORK) as dest:
-        command = [str(PYTHON), __file__, "_capture", "--kubeconfig", kubeconfig, "--namespace", namespace,
-                   "--selector", selector, "--limit", str(limit), "--dest", dest]
+        command = [
+            str(PYTHON),
+            __file__,
+            "_capture",
+            "--kubeconfig",
+            kubeconfig,
+            "--namespace",
+            namespace,
+            "--selector",
+            selector,
+            "--limit",
+            str(limit),
+            "--dest",
+            dest,
+        ]
         if workers:
             command += ["--workers", str(workers)]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
@@ -260,45 +335,80 @@ def _run_capture(kubeconfig: str, namespace: str, selector: str, limit: int, wor
         return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _create_log_pods(cluster: Cluster, namespace: str, label: str, count: int, canned: str | None) -> str:
+    """`count` bare pods (they run until deleted) serving canned logs; returns their selector."""
+    annotations = {f"{ANNOTATION}/canned-log": canned} if canned else {}
+    for i in range(count):
+        cluster.request(
+            "POST",
+            POD.collection_path(namespace),
+            body={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{label}-{i:03d}", "labels": {"bench": label}, "annotations": annotations},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "main", "image": "bench"}],
+                },
+            },
+        )
+    return f"bench={label}"
+
+
 def bench_logs(kubeconfig: str, pods: int, repeats: int) -> None:
+    """capture_pod_logs of 1 and of `pods` pods: 1 MiB logs (bytes-bound) and 3.7 kB (request-bound)."""
     cluster = Cluster.connect(kubeconfig)
     with canned_log_1mib() as canned, bench_namespace(cluster, "logs") as ns:
-        selector = "bench=logs"
-        progress(f"creating {pods} pods with 1 MiB logs")
-        for i in range(pods):
-            cluster.request("POST", POD.collection_path(ns), body={
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"logs-{i:03d}", "labels": {"bench": "logs"},
-                             "annotations": {f"{ANNOTATION}/canned-log": canned}},
-                "spec": {"automountServiceAccountToken": False,
-                         "tolerations": [{"operator": "Exists"}],
-                         "containers": [{"name": "main", "image": "bench"}]}})
-        wait_for(cluster, pods_ready(ns, selector, pods), timeout=300)
+        progress(f"creating {pods} pods with 1 MiB logs and {pods} with the default 3.7 kB one")
+        selector = _create_log_pods(cluster, ns, "logs", pods, canned)
+        small = _create_log_pods(cluster, ns, "small", pods, None)
+        wait_for(cluster, pods_ready(ns, "bench in (logs,small)", 2 * pods), timeout=300)
         progress("pods ready; capturing")
+        one_small = [_run_capture(kubeconfig, ns, small, 1)["wall"] for _ in range(repeats)]
+        all_small = [_run_capture(kubeconfig, ns, small, pods)["wall"] for _ in range(repeats // 2 or 1)]
+        emit("logs.small.one_pod.wall", median(one_small), "s", f"3.7 kB log; median of {repeats}")
+        emit(f"logs.small.{pods}_pods.wall", median(all_small), "s", f"3.7 kB logs; median of {len(all_small)}")
+        emit(f"logs.small.{pods}_pods.ratio_to_one_pod", median(all_small) / median(one_small), "x")
         one = [_run_capture(kubeconfig, ns, selector, 1)["wall"] for _ in range(repeats)]
         results = [_run_capture(kubeconfig, ns, selector, pods) for _ in range(max(1, repeats // 2))]
         best = min(results, key=lambda r: r["wall"])
         all_wall = median([r["wall"] for r in results])
         assert best["bytes"] >= pods * 1024 * 1024 and not best["errors"], best
         emit("logs.one_pod.wall", median(one), "s", f"median of {repeats}, fresh process each")
-        emit(f"logs.{pods}_pods.wall", all_wall, "s",
-             f"median of {len(results)}; {best['bytes'] / 2**20:.0f} MiB, "
-             f"{best['bytes'] / 2**20 / all_wall:.0f} MiB/s")
+        emit(
+            f"logs.{pods}_pods.wall",
+            all_wall,
+            "s",
+            f"median of {len(results)}; {best['bytes'] / 2**20:.0f} MiB, {best['bytes'] / 2**20 / all_wall:.0f} MiB/s",
+        )
         emit(f"logs.{pods}_pods.ratio_to_one_pod", all_wall / median(one), "x")
-        emit(f"logs.{pods}_pods.peak_rss", max(r["hwm_kib"] for r in results) / 1024, "MiB",
-             f"VmHWM of the capturing process; {best['rss_before_kib'] / 1024:.0f} MiB before capturing")
+        emit(f"logs.{pods}_pods.client_cpu", best["cpu"], "s", "CPU of the capturing process while capturing")
+        emit(
+            f"logs.{pods}_pods.peak_rss",
+            max(r["hwm_kib"] for r in results) / 1024,
+            "MiB",
+            f"VmHWM of the capturing process; {best['rss_before_kib'] / 1024:.0f} MiB before capturing",
+        )
         sequential = _run_capture(kubeconfig, ns, selector, pods, workers=1)
-        emit(f"logs.{pods}_pods.sequential_python.wall", sequential["wall"], "s",
-             "capture_pod_logs(workers=1)")
-        names = [f"logs-{i:03d}" for i in range(pods)]
+        emit(f"logs.{pods}_pods.sequential_python.wall", sequential["wall"], "s", "capture_pod_logs(workers=1)")
+        names = [f"logs-{i:03d}" for i in range(pods)]  # as _create_log_pods names them
         with tempfile.TemporaryDirectory(prefix="kubectl-", dir=WORK) as dest:
             started = time.perf_counter()
             for name in names:
                 with open(Path(dest) / f"{name}.log", "wb") as out:
-                    subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "logs", "-n", ns, name],
-                                   stdout=out, check=True, timeout=60)
-            emit(f"logs.{pods}_pods.sequential_kubectl.wall", time.perf_counter() - started, "s",
-                 "one `kubectl logs` per pod, one after the other")
+                    subprocess.run(
+                        ["kubectl", "--kubeconfig", kubeconfig, "logs", "-n", ns, name],
+                        stdout=out,
+                        check=True,
+                        timeout=60,
+                    )
+            emit(
+                f"logs.{pods}_pods.sequential_kubectl.wall",
+                time.perf_counter() - started,
+                "s",
+                "one `kubectl logs` per pod, one after the other",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +423,8 @@ def _apiserver_requests(cluster: Cluster) -> dict[str, float]:
         if line.startswith("apiserver_request_total{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
             key = f"{labels.get('verb')} {labels.get('resource')}" + (
-                f"/{labels['subresource']}" if labels.get("subresource") else "")
+                f"/{labels['subresource']}" if labels.get("subresource") else ""
+            )
             totals[key] = totals.get(key, 0) + float(line.rsplit(" ", 1)[1])
     return totals
 
@@ -327,11 +438,28 @@ def run_binary(kubeconfig: str, env: dict[str, str], profile: Path | None = None
     artifacts = Path(tempfile.mkdtemp(prefix="artifacts-", dir=WORK))
     command = [str(BINARY)]
     if profile is not None:
-        command = [str(PYTHON), "-m", "pyinstrument", "--show-all", "-r", "text", "-o", str(profile),
-                   "-m", "testbins.e2e_nvidia_training"]
+        command = [
+            str(PYTHON),
+            "-m",
+            "pyinstrument",
+            "--show-all",
+            "-r",
+            "text",
+            "-o",
+            str(profile),
+            "-m",
+            "testbins.e2e_nvidia_training",
+        ]
     command += [f"--kubeconfig={kubeconfig}", "--test.run=TestBertTraining", "--test.v"]
-    full_env = {**os.environ, "KUBECONFIG": kubeconfig, "ARTIFACTS": str(artifacts), "ACCELERATOR": "cpu",
-                "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "4m", **env}
+    full_env = {
+        **os.environ,
+        "KUBECONFIG": kubeconfig,
+        "ARTIFACTS": str(artifacts),
+        "ACCELERATOR": "cpu",
+        "WORKLOAD_SIZE": "tiny",
+        "JOB_TIMEOUT": "4m",
+        **env,
+    }
     started = time.perf_counter()
     with open(artifacts / "stdout.txt", "wb") as out:
         process = subprocess.Popen(command, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -346,10 +474,18 @@ def run_binary(kubeconfig: str, env: dict[str, str], profile: Path | None = None
         element = case.find(tag) if case is not None else None
         if element is not None:
             outcome = f"{tag.upper()}: {(element.get('message') or '')[:120]}"
-    result = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "user": usage.ru_utime,
-              "sys": usage.ru_stime, "rc": process.returncode, "outcome": outcome,
-              "api_requests": int(properties.get("api-requests", -1)),
-              "job_seconds": properties.get("job.seconds"), "artifacts": artifacts}
+    result = {
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "user": usage.ru_utime,
+        "sys": usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+        "rc": process.returncode,
+        "outcome": outcome,
+        "api_requests": int(properties.get("api-requests", -1)),
+        "job_seconds": properties.get("job.seconds"),
+        "artifacts": artifacts,
+    }
     return result
 
 
@@ -375,39 +511,60 @@ def bench_requests(kubeconfig: str) -> None:
         progress(f"TestBertTraining on {nodes} nodes, pods running {duration}")
         _wait_quiet(cluster)
         before = _apiserver_requests(cluster)
-        result = run_binary(kubeconfig, {"NODE_COUNT": str(nodes),
-                                         "POD_ANNOTATIONS": f"{ANNOTATION}/run-duration={duration}"})
+        result = run_binary(
+            kubeconfig, {"NODE_COUNT": str(nodes), "POD_ANNOTATIONS": f"{ANNOTATION}/run-duration={duration}"}
+        )
         delta = _diff(_apiserver_requests(cluster), before)
         shutil.rmtree(result["artifacts"], ignore_errors=True)
         prefix = f"requests.pods_{nodes}.run_{duration}"
         emit(f"{prefix}.wall", result["wall"], "s", f"{result['outcome']}; job {result['job_seconds']} s")
-        emit(f"{prefix}.harness", result["api_requests"], "requests",
-             "counted by the harness's client (JUnit property api-requests)")
+        emit(
+            f"{prefix}.harness",
+            result["api_requests"],
+            "requests",
+            "counted by the harness's client (JUnit property api-requests)",
+        )
         total = sum(delta.values())
         net = total - idle_rate * result["wall"]
-        emit(f"{prefix}.apiserver", int(total), "requests",
-             f"apiserver_request_total delta, all clients; minus the idle rate: {net:.0f}")
+        emit(
+            f"{prefix}.apiserver",
+            int(total),
+            "requests",
+            f"apiserver_request_total delta, all clients; minus the idle rate: {net:.0f}",
+        )
         top = sorted(delta.items(), key=lambda kv: -kv[1])[:8]
         progress(f"{prefix} top verb/resource: " + ", ".join(f"{k} {v:.0f}" for k, v in top))
 
 
 def bench_cpu(kubeconfig: str, nodes: int, profile: bool) -> None:
+    """TestBertTraining on `nodes` nodes: with the default canned log (3.7 kB a pod), then 1 MiB."""
     cluster = Cluster.connect(kubeconfig)
-    progress(f"TestBertTraining on {nodes} nodes (ACCELERATOR=cpu: one pod per node)")
-    before = _apiserver_requests(cluster)
-    result = run_binary(kubeconfig, {"NODE_COUNT": str(nodes)})
-    delta = sum(_diff(_apiserver_requests(cluster), before).values())
-    prefix = f"cpu.pods_{nodes}"
-    emit(f"{prefix}.wall", result["wall"], "s", f"{result['outcome']}; job {result['job_seconds']} s")
-    emit(f"{prefix}.harness_cpu", result["cpu"], "s", f"user {result['user']:.2f} s + sys {result['sys']:.2f} s")
-    emit(f"{prefix}.harness_requests", result["api_requests"], "requests",
-         f"JUnit api-requests; apiserver_request_total grew {delta:.0f} (all clients)")
-    shutil.rmtree(result["artifacts"], ignore_errors=True)
-    if profile:
-        out = WORK / f"profile-{nodes}-pods.txt"
-        prof = run_binary(kubeconfig, {"NODE_COUNT": str(nodes)}, profile=out)
-        shutil.rmtree(prof["artifacts"], ignore_errors=True)
-        emit(f"{prefix}.profile", str(out), "", f"pyinstrument, wall {prof['wall']:.1f} s under the profiler")
+    with canned_log_1mib() as canned:
+        for label, env in (("", {}), ("_1mib_logs", {"POD_ANNOTATIONS": f"{ANNOTATION}/canned-log={canned}"})):
+            progress(f"TestBertTraining on {nodes} nodes (ACCELERATOR=cpu: one pod per node){label}")
+            _wait_quiet(cluster)
+            before = _apiserver_requests(cluster)
+            result = run_binary(kubeconfig, {"NODE_COUNT": str(nodes), **env})
+            delta = sum(_diff(_apiserver_requests(cluster), before).values())
+            prefix = f"cpu.pods_{nodes}{label}"
+            emit(f"{prefix}.wall", result["wall"], "s", f"{result['outcome']}; job {result['job_seconds']} s")
+            emit(
+                f"{prefix}.harness_cpu", result["cpu"], "s", f"user {result['user']:.2f} s + sys {result['sys']:.2f} s"
+            )
+            emit(f"{prefix}.harness_peak_rss", result["peak_rss_mib"], "MiB", "ru_maxrss of the binary")
+            emit(
+                f"{prefix}.harness_requests",
+                result["api_requests"],
+                "requests",
+                f"JUnit api-requests; apiserver_request_total grew {delta:.0f} (all clients)",
+            )
+            shutil.rmtree(result["artifacts"], ignore_errors=True)
+            if profile:
+                out = WORK / f"profile-{nodes}-pods{label}.txt"
+                _wait_quiet(cluster)
+                prof = run_binary(kubeconfig, {"NODE_COUNT": str(nodes), **env}, profile=out)
+                shutil.rmtree(prof["artifacts"], ignore_errors=True)
+                emit(f"{prefix}.profile", str(out), "", f"pyinstrument, wall {prof['wall']:.1f} s under the profiler")
 
 
 # ---------------------------------------------------------------------------------------------
