@@ -182,6 +182,7 @@ class PodRun:
 
     def _run_pod(self) -> None:
         try:
+            self._wait_logs_served()
             self.publish()
             for spec in self.init_specs:
                 if not self._run_container(spec) or self.stopping.is_set():
@@ -196,6 +197,22 @@ class PodRun:
                 thread.join()
         finally:
             self._finish()
+
+    def _wait_logs_served(self, timeout_s: float = 15) -> None:
+        """Start only once kwok serves the pod's log (it learns of the Logs object through its own
+        watch): a pod that ends at once would otherwise answer `no logs found`, as a kubelet would
+        never do for a container that ran."""
+        container = (self.init_specs or self.specs)[0]["name"]
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/log"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            try:
+                self.ctx.api.request("GET", path, query={"container": container, "limitBytes": "1"}, timeout_s=5)
+                return
+            except (ApiError, OSError, ValueError):
+                time.sleep(0.1)
+        agent_log(f"pod {self.namespace}/{self.name}: kwok did not serve its log within {timeout_s:.0f}s; "
+                  "starting anyway")
 
     def _finish(self) -> None:
         if self.finished.is_set():
