@@ -166,7 +166,11 @@ class NodeAgent:
             return
         if meta.get("deletionTimestamp"):
             return  # deleted before it ever ran: nothing will ask for its logs
-        if runs_for_real(pod):
+        # A pod an earlier agent gave canned logs (logs-ready), or one already past Pending, stays
+        # as it is: running a pod a second time is no kubelet's behaviour.
+        started = annotations.get(LOGS_READY_ANNOTATION) == "true" or \
+            pod.get("status", {}).get("phase", "Pending") != "Pending"
+        if runs_for_real(pod) and not started:
             self.execute(pod)
             return
         crash_loops = annotations.get(FAIL_ANNOTATION) == "crashloop"
