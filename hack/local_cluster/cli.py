@@ -18,7 +18,8 @@ environment:
   KT2T_NODE_SHAPE     cpu | gpu nodes made by `up` (default cpu)
   KT2T_NODE_COUNT     how many (default 2)
   KT2T_NODE_EFA       vpc.amazonaws.com/efa per gpu node (default 0)
-  KT2T_DEFAULT_CANNED_LOG  canned log of pods that name none (default bert-mpirun-32ranks)
+  KT2T_DEFAULT_CANNED_LOG  canned log of canned pods that name none: MPIJob pods, pods without a
+                      command (default bert-mpirun-32ranks); other pods run for real
   KT2T_WAIT_TIMEOUT   seconds to wait for each component, nodes, ServiceAccount (default 120)
   KT2T_PORT_OFFSET    added to every default port, a multiple of 100 (a second cluster)
   ports: {", ".join(f"{env}" for env in port_env_names().values())}

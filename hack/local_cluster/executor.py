@@ -12,12 +12,14 @@ containers (restartCount, lastState, the previous run's log kept); deleting the 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -398,8 +400,6 @@ class PodRun:
         return {}
 
     def _object_data(self, kind: str, name: str, optional: bool) -> dict[str, str]:
-        import base64
-
         obj = self.ctx.api.get_or_none(kind, name, self.namespace)
         if obj is None:
             if optional:
@@ -530,6 +530,4 @@ def group_alive(pgid: int) -> bool:
 
 
 def agent_log(message: str) -> None:
-    import sys
-
     print(f"{datetime.now(timezone.utc):%H:%M:%S} node-agent: {message}", flush=True, file=sys.stderr)
