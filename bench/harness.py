@@ -46,6 +46,8 @@ WORK = Path("/tmp/kt2t-bench")
 CLUSTER_ENV = {"KT2T_STATE": str(WORK / "cluster"), "KT2T_PORT_OFFSET": "300"}
 CANNED_LOG = REPO / "hack" / "canned-logs" / "bench-1mib.log"
 ANNOTATION = "kubetest2-training.local"
+# The canned log of the binary's pods: the node agent runs pods for real unless one is named.
+BERT_LOG = "bert-mpirun-32ranks"
 FIGURES = ("startup", "verdict", "requests", "logs", "cpu")
 LOG_PODS = 256
 CPU_NODES = 256
@@ -335,9 +337,9 @@ def _run_capture(kubeconfig: str, namespace: str, selector: str, limit: int, wor
         return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _create_log_pods(cluster: Cluster, namespace: str, label: str, count: int, canned: str | None) -> str:
+def _create_log_pods(cluster: Cluster, namespace: str, label: str, count: int, canned: str) -> str:
     """`count` bare pods (they run until deleted) serving canned logs; returns their selector."""
-    annotations = {f"{ANNOTATION}/canned-log": canned} if canned else {}
+    annotations = {f"{ANNOTATION}/canned-log": canned}
     for i in range(count):
         cluster.request(
             "POST",
@@ -362,7 +364,7 @@ def bench_logs(kubeconfig: str, pods: int, repeats: int) -> None:
     with canned_log_1mib() as canned, bench_namespace(cluster, "logs") as ns:
         progress(f"creating {pods} pods with 1 MiB logs and {pods} with the default 3.7 kB one")
         selector = _create_log_pods(cluster, ns, "logs", pods, canned)
-        small = _create_log_pods(cluster, ns, "small", pods, None)
+        small = _create_log_pods(cluster, ns, "small", pods, BERT_LOG)
         wait_for(cluster, pods_ready(ns, "bench in (logs,small)", 2 * pods), timeout=300)
         progress("pods ready; capturing")
         one_small = [_run_capture(kubeconfig, ns, small, 1)["wall"] for _ in range(repeats)]
@@ -512,7 +514,11 @@ def bench_requests(kubeconfig: str) -> None:
         _wait_quiet(cluster)
         before = _apiserver_requests(cluster)
         result = run_binary(
-            kubeconfig, {"NODE_COUNT": str(nodes), "POD_ANNOTATIONS": f"{ANNOTATION}/run-duration={duration}"}
+            kubeconfig,
+            {
+                "NODE_COUNT": str(nodes),
+                "POD_ANNOTATIONS": f"{ANNOTATION}/canned-log={BERT_LOG},{ANNOTATION}/run-duration={duration}",
+            },
         )
         delta = _diff(_apiserver_requests(cluster), before)
         shutil.rmtree(result["artifacts"], ignore_errors=True)
@@ -540,7 +546,10 @@ def bench_cpu(kubeconfig: str, nodes: int, profile: bool) -> None:
     """TestBertTraining on `nodes` nodes: with the default canned log (3.7 kB a pod), then 1 MiB."""
     cluster = Cluster.connect(kubeconfig)
     with canned_log_1mib() as canned:
-        for label, env in (("", {}), ("_1mib_logs", {"POD_ANNOTATIONS": f"{ANNOTATION}/canned-log={canned}"})):
+        for label, env in (
+            ("", {"POD_ANNOTATIONS": f"{ANNOTATION}/canned-log={BERT_LOG}"}),
+            ("_1mib_logs", {"POD_ANNOTATIONS": f"{ANNOTATION}/canned-log={canned}"}),
+        ):
             progress(f"TestBertTraining on {nodes} nodes (ACCELERATOR=cpu: one pod per node){label}")
             _wait_quiet(cluster)
             before = _apiserver_requests(cluster)
