@@ -2,7 +2,8 @@
 
 - BERT (bert-base shape, seq 128, batch 8, AdamW, fp32): the upstream aws-k8s-tester train.py loop
   reimplemented here (random init instead of the hub download, its dummy padded sentences, AdamW
-  lr 1e-3, eager DDP) next to `python -m workloads.bert` at the same shape, then ours with its
+  lr 1e-3, eager DDP) next to `python -m workloads.bert` at the same shape; then both in one
+  process, a step of each in turn (the fairest comparison on a loaded machine); then ours with its
   defaults (bf16 autocast where the CPU has it) and with tcmalloc preloaded.
 - GPT at nanoGPT's n_layer 4, n_head 4, n_embd 256, block 256, batch 8: tokens/s and ms/iter,
   fp32 (what nanoGPT's train.py runs on CPU: its autocast context is a no-op there) and bf16.
@@ -21,11 +22,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The in-process modes run as `python -m bench.workloads` from the repository root: run as a script,
+# this file's own name would shadow the `workloads` package it imports.
 TCMALLOC_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
     "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
@@ -60,16 +63,16 @@ def report(name: str, value: float, unit: str) -> None:
     print(f"{name}: {value:.2f} {unit}", flush=True)
 
 
-def upstream_bert(steps: int) -> None:
-    """The upstream train.py training loop, unchanged but for what needs the network or a GPU.
+def upstream_recipe_steps() -> Iterator[None]:
+    """The upstream train.py training loop, unchanged but for what needs the network or a GPU;
+    yields after each optimizer step so the caller can time or interleave steps.
 
     Changes: the model is built from BertConfig() (bert-base-uncased's shape, random init) instead of
     from_pretrained; the dummy sentences are random ids laid out like its tokenizer output (CLS, 8
-    tokens, SEP, padding to 128, labels = input ids); CPU/gloo instead of cuda:local_rank/NCCL; only
-    the first `steps` batches of its 100 samples run. Prints a KT2T_METRICS-style record.
+    tokens, SEP, padding to 128, labels = input ids); CPU instead of cuda:local_rank. Needs an
+    initialised process group (world size 1), as its DDP does.
     """
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, TensorDataset
     from transformers import BertConfig, BertForPreTraining
@@ -85,29 +88,58 @@ def upstream_bert(steps: int) -> None:
     next_sentence_labels = torch.randint(0, 2, (num_samples,))
     dataset = TensorDataset(input_ids, attention_mask, labels, next_sentence_labels)
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     model = BertForPreTraining(BertConfig())
     ddp_model = DDP(model)
     train_dataloader = DataLoader(dataset, batch_size=8)
     optimizer = torch.optim.AdamW(ddp_model.parameters(), lr=0.001)
 
     ddp_model.train()
-    start_time = time.perf_counter()
-    for step, batch in enumerate(train_dataloader):
-        if step == 1:  # like ours: the first step (allocator, kernel selection) is not timed
-            start_time = time.perf_counter()
-        if step == steps:
-            break
+    for batch in train_dataloader:
         optimizer.zero_grad()
         inputs, masks, labels_, nsp = batch
         outputs = ddp_model(input_ids=inputs, attention_mask=masks, labels=labels_, next_sentence_label=nsp)
         loss = outputs.loss
         loss.backward()
         optimizer.step()
-    training_time = time.perf_counter() - start_time
+        yield
+
+
+def upstream_bert(steps: int) -> None:
+    """Time the upstream loop alone (first step untimed); prints a KT2T_METRICS-style record."""
+    from workloads.distributed import distributed_session
+
+    with distributed_session("cpu"):
+        loop = upstream_recipe_steps()
+        next(loop)  # like ours: the first step (allocator, kernel selection) is not timed
+        start = time.perf_counter()
+        for _ in range(steps - 1):
+            next(loop)
+        training_time = time.perf_counter() - start
     throughput = (steps - 1) * 8 / training_time
     print("KT2T_METRICS " + json.dumps({"throughput": throughput, "training_time": training_time}), flush=True)
-    dist.destroy_process_group()
+
+
+def interleaved_bert(steps: int) -> None:
+    """Upstream loop and our BertTrainer (fp32) step by step in turn in one process, so background
+    load on a shared machine hits both alike; samples/s from each one's median step time."""
+    from workloads.bert import BertTrainer
+    from workloads.distributed import distributed_session
+
+    times: dict[str, list[float]] = {"upstream": [], "ours": []}
+    with distributed_session("cpu") as session:
+        loop = upstream_recipe_steps()
+        ours = BertTrainer("base", session, "fp32", batch_size=8, seq_len=128, seed=1234)
+        for step in range(steps):
+            t0 = time.perf_counter()
+            next(loop)
+            t1 = time.perf_counter()
+            ours.step(1e-4)
+            t2 = time.perf_counter()
+            if step:  # the first step of each is warm-up
+                times["upstream"].append(t1 - t0)
+                times["ours"].append(t2 - t1)
+    record = {name: 8 / statistics.median(values) for name, values in times.items()}
+    print("KT2T_METRICS " + json.dumps(record), flush=True)
 
 
 @dataclass(frozen=True)
@@ -123,7 +155,7 @@ def bert_variants(steps: int, tcmalloc: str | None) -> list[Variant]:
     prefix = "bert_base_seq128_b8"
 
     def upstream() -> dict[str, tuple[float, str]]:
-        m = run([sys.executable, __file__, "--upstream-bert", str(steps)], bench_env())[0]
+        m = run([sys.executable, "-m", "bench.workloads", "--upstream-bert", str(steps)], bench_env())[0]
         return {f"{prefix}_upstream_recipe_fp32": (m["throughput"], "samples/s")}
 
     def ours(precision: str, preload: str | None = None) -> Callable[[], dict[str, tuple[float, str]]]:
@@ -134,7 +166,19 @@ def bert_variants(steps: int, tcmalloc: str | None) -> list[Variant]:
 
         return measure
 
-    variants = [Variant("bert", upstream), Variant("bert", ours("fp32")), Variant("bert", ours("auto"))]
+    def interleaved() -> dict[str, tuple[float, str]]:
+        m = run([sys.executable, "-m", "bench.workloads", "--interleaved-bert", str(max(steps, 4))], bench_env())[0]
+        return {
+            f"{prefix}_interleaved_upstream_recipe_fp32": (m["upstream"], "samples/s"),
+            f"{prefix}_interleaved_ours_fp32": (m["ours"], "samples/s"),
+        }
+
+    variants = [
+        Variant("bert", upstream),
+        Variant("bert", ours("fp32")),
+        Variant("bert", interleaved),
+        Variant("bert", ours("auto")),
+    ]
     if tcmalloc:
         variants.append(Variant("bert", ours("auto", tcmalloc)))
     return variants
@@ -186,9 +230,13 @@ def main() -> int:
         help="rounds over all variants, interleaved so background load hits each alike; medians printed",
     )
     parser.add_argument("--upstream-bert", type=int, metavar="STEPS", help=argparse.SUPPRESS)
+    parser.add_argument("--interleaved-bert", type=int, metavar="STEPS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.upstream_bert:
         upstream_bert(args.upstream_bert)
+        return 0
+    if args.interleaved_bert:
+        interleaved_bert(args.interleaved_bert)
         return 0
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first is not timed)")

@@ -187,16 +187,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+class BertTrainer:
+    """One rank's DDP model, fused AdamW and synthetic data stream; step() is one optimizer step.
+
+    A class of its own so bench/workloads.py can drive the very same step next to the upstream loop.
+    """
+
+    def __init__(self, size: str, session: Session, precision: str, batch_size: int, seq_len: int, seed: int) -> None:
+        self.device = session.device
+        self.precision = hardware.resolve_precision(precision, self.device)
+        self.batch_size, self.seq_len = batch_size, seq_len
+        # Same seed on every rank (DDP broadcasts rank 0's weights anyway); data differs per rank.
+        torch.manual_seed(seed)
+        self.model = build_model(size, self.device)
+        self.ddp = data_parallel(PretrainingLoss(self.model), session)
+        self.optimizer = hardware.adamw(self.ddp.parameters(), self.device, lr=0.0, weight_decay=0.01)
+        self.generator = torch.Generator().manual_seed(seed * 1000 + session.env.rank)
+
+    def step(self, lr: float) -> float:
+        """One optimizer step at learning rate lr; returns the loss (.item() waits for the GPU)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = synthetic_batch(self.model.config.vocab_size, self.batch_size, self.seq_len, self.generator)
+        batch = {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
+        self.optimizer.zero_grad(set_to_none=True)
+        with hardware.autocast(self.device, self.precision):
+            loss = self.ddp(**batch)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
 def train(args: argparse.Namespace, session: Session) -> None:
     device, rank = session.device, session.env.rank
-    precision = hardware.resolve_precision(args.precision, device)
-    # Same seed on every rank (DDP broadcasts rank 0's weights anyway); data differs per rank.
-    torch.manual_seed(args.seed)
-    model = build_model(args.size, device)
-    vocab = model.config.vocab_size
-    ddp = data_parallel(PretrainingLoss(model), session)
-    optimizer = hardware.adamw(ddp.parameters(), device, lr=args.lr, weight_decay=0.01)
-    generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    trainer = BertTrainer(args.size, session, args.precision, args.batch_size, args.seq_len, args.seed)
+    model, precision, vocab = trainer.model, trainer.precision, trainer.model.config.vocab_size
 
     losses: list[float] = []
     start = time.perf_counter()
@@ -205,16 +230,7 @@ def train(args: argparse.Namespace, session: Session) -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, args.lr, args.warmup_steps, args.steps)
-        batch = synthetic_batch(vocab, args.batch_size, args.seq_len, generator)
-        batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-        optimizer.zero_grad(set_to_none=True)
-        with hardware.autocast(device, precision):
-            loss = ddp(**batch)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())  # .item() syncs, so the timing below covers real GPU work
+        losses.append(trainer.step(lr_at(step, args.lr, args.warmup_steps, args.steps)))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     training_time = time.perf_counter() - start
