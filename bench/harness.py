@@ -452,7 +452,7 @@ def run_binary(kubeconfig: str, env: dict[str, str], profile: Path | None = None
             "-m",
             "testbins.e2e_nvidia_training",
         ]
-    command += [f"--kubeconfig={kubeconfig}", "--test.run=TestBertTraining", "--test.v"]
+    command += [f"--kubeconfig={kubeconfig}", "--test.run=TestBertTraining", "--test.v", "--test.timeout=5m"]
     full_env = {
         **os.environ,
         "KUBECONFIG": kubeconfig,
