@@ -35,6 +35,7 @@ from harness.manifests import dump_objects, render
 from harness.metrics import WorkloadMetrics, combine, read_lines, scan_lines
 from harness.testing import TestContext
 from harness.wait import (
+    ClusterState,
     Condition,
     any_pod_failed,
     job_failed,
@@ -150,6 +151,8 @@ class TrainingJob:
     objects: list[Obj] = field(default_factory=list)
     pods_seen: dict[str, Obj] = field(default_factory=dict)
     logs: PodLogs | None = None
+    _state_read: ClusterState | None = None
+    _pods_read: int = 0
 
     def __post_init__(self) -> None:
         self.logs = PodLogs(self.t, self.namespace, self.selector)
@@ -208,10 +211,16 @@ class TrainingJob:
                         timeout=self.t.cfg.job_timeout if timeout is None else timeout,
                         cancel=self.t.cancel, on_event=self._remember_pods)
 
-    def _remember_pods(self, state: Any) -> None:
-        # Pods that are deleted (elastic test) keep their node for the report.
-        for pod in state.of_kind("Pod"):
-            self.pods_seen[pod["metadata"]["name"]] = pod
+    def _remember_pods(self, state: ClusterState) -> None:
+        """Keep the latest version of every pod seen (a deleted pod keeps its node for the report);
+        only the pods changed since the last event are read."""
+        if state is not self._state_read:
+            self._state_read, self._pods_read = state, 0
+        for key in state.changes_since("Pod", self._pods_read):
+            pod = state.get("Pod", *key)
+            if pod is not None:
+                self.pods_seen[pod["metadata"]["name"]] = pod
+        self._pods_read = state.generation("Pod")
 
     # -- logs and metrics ------------------------------------------------------------------------
 

@@ -131,38 +131,52 @@ class _LogScan:
     reported: list[dict[str, Any]] = field(default_factory=list)
 
     def feed(self, raw_line: str) -> None:
-        # Every format carries its rank in its own text; the mpirun tag only needs removing.
-        _, line = strip_mpi_tag(raw_line.rstrip("\r\n"))
-        if match := METRICS_LINE.search(line):
-            try:
-                record = json.loads(match["json"])
-            except json.JSONDecodeError:
-                return
-            if isinstance(record, dict) and "rank" in record:
-                self.reported.append(record)
-            return
-        if match := BERT_THROUGHPUT.search(line):
-            self.bert.setdefault(int(match["rank"]), {})["throughput"] = float(match["v"])
-        elif match := BERT_TIME.search(line):
-            self.bert.setdefault(int(match["rank"]), {})["training_time"] = float(match["v"])
-        elif match := BERT_AVERAGE.match(line):
-            self.bert_average = float(match["v"])
-        elif match := ITER.match(line):
-            mfu = _float(match["mfu"]) if match["mfu"] is not None else None
-            self.iters.append({
-                "iter": int(match["iter"]),
-                "loss": _float(match["loss"]),
-                "ms": float(match["ms"]),
-                "mfu": None if mfu is None or mfu == MFU_SENTINEL else mfu / 100.0,
-            })
-        elif match := RESUMED.search(line):
-            self.resumed_from = int(match["step"])
-        elif match := NCCL_AVG.match(line):
-            self.nccl_avg_busbw = float(match["v"])
-        elif match := NCCL_OOB.match(line):
-            self.nccl_out_of_bounds = int(match["v"])
-        elif match := NCCL_ROW.match(line):
+        # Cheap substring tests pick the one regex a line can match: every line of a large log
+        # went through all of them before (most of a 256-pod job's harness CPU).
+        line = raw_line.rstrip("\r\n")
+        if line.startswith("["):
+            # Every format carries its rank in its own text; the mpirun tag only needs removing.
+            _, line = strip_mpi_tag(line)
+        if "KT2T_METRICS" in line:
+            self._feed_metrics_line(line)
+        elif "Process " in line:
+            if match := BERT_THROUGHPUT.search(line):
+                self.bert.setdefault(int(match["rank"]), {})["throughput"] = float(match["v"])
+            elif match := BERT_TIME.search(line):
+                self.bert.setdefault(int(match["rank"]), {})["training_time"] = float(match["v"])
+        elif line.startswith("Average Throughput"):
+            if match := BERT_AVERAGE.match(line):
+                self.bert_average = float(match["v"])
+        elif line.startswith("iter "):
+            if match := ITER.match(line):
+                mfu = _float(match["mfu"]) if match["mfu"] is not None else None
+                self.iters.append({
+                    "iter": int(match["iter"]),
+                    "loss": _float(match["loss"]),
+                    "ms": float(match["ms"]),
+                    "mfu": None if mfu is None or mfu == MFU_SENTINEL else mfu / 100.0,
+                })
+        elif "resumed from step" in line:
+            if match := RESUMED.search(line):
+                self.resumed_from = int(match["step"])
+        elif line.startswith("#"):
+            if match := NCCL_AVG.match(line):
+                self.nccl_avg_busbw = float(match["v"])
+            elif match := NCCL_OOB.match(line):
+                self.nccl_out_of_bounds = int(match["v"])
+        elif (line[:1].isspace() or line[:1].isdigit()) and (match := NCCL_ROW.match(line)):
             self.nccl_rows.append({k: _float(match[k]) for k in ("size", "time", "algbw", "busbw")})
+
+    def _feed_metrics_line(self, line: str) -> None:
+        match = METRICS_LINE.search(line)
+        if match is None:
+            return
+        try:
+            record = json.loads(match["json"])
+        except json.JSONDecodeError:
+            return
+        if isinstance(record, dict) and "rank" in record:
+            self.reported.append(record)
 
 
 def scan_lines(lines: Iterable[str], source: str = "<log>") -> _LogScan:

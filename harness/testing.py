@@ -123,6 +123,9 @@ class TestContext:
         self._cleanups = ExitStack()
         self._log_lines: list[str] = []
         self._children: list[TestContext] = []
+        # Parts of <system-out>, joined once when the test ends (appending to one string copied
+        # it whole on each pod's log: quadratic in the pods).
+        self._output_parts: list[str] = []
         self._artifacts_dir: Path | None = None
         self.namespace_name: str | None = None
 
@@ -169,7 +172,7 @@ class TestContext:
 
     def attach_output(self, text: str) -> None:
         """Text for the test case's <system-out> (pod logs under their headers)."""
-        self.result.system_out += text if text.endswith("\n") else text + "\n"
+        self._output_parts.append(text if text.endswith("\n") else text + "\n")
 
     def cleanup(self, func: Callable[[], None], description: str) -> None:
         """Register teardown; runs in reverse order on every exit path, errors logged not raised."""
@@ -229,6 +232,7 @@ class TestContext:
             self._record(Outcome.ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:
             self.result.elapsed = time.monotonic() - started
+            self.result.system_out = "".join(self._output_parts)
             self._report()
         return self.result
 
