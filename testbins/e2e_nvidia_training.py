@@ -61,8 +61,10 @@ def test_bert_training(t: TestContext) -> None:
 
 def test_nanogpt_training(t: TestContext) -> None:
     """A GPT (nanoGPT-style) with DDP and gradient accumulation; MFU reported where the GPU is known."""
+    # torch.compile pays off on GPUs (fused kernels, MFU); on CPU it only adds compile time.
+    compile_flag = ("--compile",) if t.cfg.accelerator == "nvidia" else ()
     job = launch(t, Workload("nanogpt-training", "workloads.nanogpt",
-                             ("--size", workload_size(t.cfg, "nanogpt"))))
+                             ("--size", workload_size(t.cfg, "nanogpt"), *compile_flag)))
     job.wait_succeeded()
     assess_training(t, job, "tokens_per_s", "tokens/s")
 

@@ -190,3 +190,48 @@ def test_a_right_removed_is_a_clear_error(cluster: LocalCluster, namespace: str,
     (result,) = case.result
     assert "read log of pod bert-training-" in result.message
     assert "HTTP 403" in result.message and "pods/log" in result.message
+
+
+# ---- nothing lost: a huge log ---------------------------------------------------------------------
+
+CAPTURE_SCRIPT = """
+import resource, sys
+from pathlib import Path
+from harness.cluster import POD, Cluster
+from harness.logs import capture_pod_logs
+kubeconfig, namespace, dest = sys.argv[1:4]
+cluster = Cluster.connect(kubeconfig)
+pods = cluster.list(POD, namespace, label_selector="job=huge")["items"]
+(entry,) = capture_pod_logs(cluster, namespace, pods, Path(dest))
+excerpt = entry.excerpt(16 * 1024, 48 * 1024)
+print(entry.path, entry.size, len(excerpt), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print(excerpt.splitlines()[-1])
+"""
+
+
+def test_a_100_mb_log_is_whole_on_disk_capped_in_junit_with_bounded_memory(cluster: LocalCluster, namespace: str,
+                                                                            tmp_path: Path):
+    program = ("import sys; line = 'x' * 1023 + '\\n'; "
+               "[sys.stdout.write(line) for _ in range(100 * 1024)]; print('the very last line', flush=True)")
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "huge", "namespace": namespace},
+           "spec": {"backoffLimit": 0, "template": {
+               "metadata": {"labels": {"job": "huge"}},
+               "spec": {"restartPolicy": "Never", "containers": [
+                   {"name": "print", "image": "python:3", "command": ["python", "-c", program]}]}}}}
+    cluster.batch.create_namespaced_job(namespace, job)
+
+    def complete() -> bool:
+        status = cluster.batch.read_namespaced_job_status("huge", namespace).status
+        return any(c.type == "Complete" and c.status == "True" for c in status.conditions or [])
+
+    wait_for(complete, 120, "the 100 MB job to complete")
+    done = subprocess.run([sys.executable, "-c", CAPTURE_SCRIPT, str(cluster.kubeconfig), namespace,
+                           str(tmp_path)], capture_output=True, text=True, timeout=300, check=True)
+    path, size, excerpt_chars, peak_mib = done.stdout.splitlines()[0].split()
+    last_line = done.stdout.splitlines()[1]
+    assert int(size) >= 100 * (1 << 20)
+    assert Path(path).read_bytes().rstrip().endswith(b"the very last line")
+    assert last_line == "the very last line"  # the excerpt keeps the tail
+    assert int(excerpt_chars) < 70 * 1024  # what goes into the JUnit is capped
+    assert int(peak_mib) < 200, f"capturing 100 MB peaked at {peak_mib} MiB"
