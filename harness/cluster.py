@@ -114,10 +114,6 @@ class ApiError(Exception):
             return self.reason
 
 
-def is_api_error(exc: BaseException) -> bool:
-    return isinstance(exc, ApiError)
-
-
 def api_status(exc: BaseException) -> int | None:
     return exc.status if isinstance(exc, ApiError) else None
 

@@ -150,7 +150,7 @@ class TrainingJob:
     namespace: str
     objects: list[Obj] = field(default_factory=list)
     pods_seen: dict[str, Obj] = field(default_factory=dict)
-    logs: PodLogs | None = None
+    logs: PodLogs = field(init=False)
     _state_read: ClusterState | None = None
     _pods_read: int = 0
 
@@ -229,7 +229,6 @@ class TrainingJob:
 
     def capture_logs(self) -> list[CapturedLog]:
         """Capture every pod's logs once (before anything is deleted) and attach them to JUnit."""
-        assert self.logs is not None
         if self.logs.captured is None:
             pods = self.pods()
             for pod in pods:

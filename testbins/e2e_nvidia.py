@@ -9,7 +9,7 @@ from harness.cluster import POD
 from harness.errors import HarnessError, TestFailure, ThresholdMissed
 from harness.jobs import JOB_LABEL, PodLogs, Workload, base_labels, launch, test_namespace
 from harness.manifests import render
-from harness.metrics import combine, read_lines, scan_lines
+from harness.metrics import read_lines
 from harness.runner import Suite
 from harness.runner import main as run_suite
 from harness.testing import TestCase, TestContext
@@ -64,16 +64,16 @@ def nccl_tests(t: TestContext, nodes: int) -> None:
                    **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {})})
     job = launch(t, workload)
     job.wait_succeeded()
-    logs = [e for e in job.capture_logs() if not e.previous and e.path.exists()]
-    metrics = combine([scan_lines(read_lines(e.path), e.pod) for e in logs])
+    metrics = job.metrics()
     job.report(metrics)
     values = metrics.ranks[0].values
     if values.get("out_of_bounds"):
         raise TestFailure(f"nccl-tests: {values['out_of_bounds']} out-of-bounds values (wrong results)")
     check_busbw(t, values.get("busbw_avg"))
     if efa and RDMA_CAPABLE_TYPES.match(str(t.cfg.node_type)):
-        text = "\n".join(line for e in logs for line in read_lines(e.path))
-        if not EFA_GDRDMA.search(text):
+        # Line by line: joining every log into one string held all of them in memory at once.
+        logs = [e for e in job.capture_logs() if not e.previous and e.path.exists()]
+        if not any(EFA_GDRDMA.search(line) for e in logs for line in read_lines(e.path)):
             raise TestFailure(f"nccl-tests: EFA is enabled on {t.cfg.node_type} but NCCL did not use "
                               f"Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
         t.property("efa.gdrdma", "true")
