@@ -15,6 +15,24 @@ log() { echo "[build-binaries $(date +%H:%M:%S)] $*" >&2; }
 export GONOSUMDB=sigs.k8s.io/kubetest2,github.com/kubeflow/mpi-operator
 
 # build_tool NAME VERSION LDFLAGS PACKAGE... : go build the packages of hack/go/NAME into the cache.
+# module_dir GO_MODULE_FOLDER MODULE: download MODULE (at the version the folder's go.mod pins) into
+# the module cache and print its source folder. `go list -m -f '{{.Dir}}'` prints an empty string
+# while a module is not yet downloaded, so a cold machine must download first; fail naming the
+# module when the download or the folder is missing.
+module_dir() {
+  local mod_folder=$1 module=$2 json dir
+  if ! json=$(cd "$mod_folder" && go mod download -json "$module"); then
+    log "cannot download Go module $module (pinned in $mod_folder/go.mod): is the Go module proxy reachable?"
+    return 1
+  fi
+  dir=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("Dir", ""))' <<<"$json")
+  if [[ -z $dir || ! -d $dir ]]; then
+    log "Go module $module (pinned in $mod_folder/go.mod): downloaded, but no source folder: $json"
+    return 1
+  fi
+  echo "$dir"
+}
+
 build_tool() {
   local name=$1 version=$2 ldflags=$3; shift 3
   local dest="$KT2T_CACHE/$name@$version" pkg missing=0
@@ -48,7 +66,7 @@ else
   log "building kwok@$KWOK_BUILD ..."
   t0=$SECONDS
   work=$(mktemp -d)
-  kwok_src=$(cd "$here/go/kwok" && go mod download -json sigs.k8s.io/kwok | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  kwok_src=$(module_dir "$here/go/kwok" sigs.k8s.io/kwok)
   cp -r "$kwok_src" "$work/kwok" && chmod -R u+w "$work/kwok"
   patch -s -d "$work/kwok" -p1 <"$here/go/kwok/follow-ends.patch"
   cp "$here/go/kwok/go.mod" "$here/go/kwok/go.sum" "$work/"
@@ -73,7 +91,7 @@ else
   log "building mpi-operator@$MPI_OPERATOR_BUILD ..."
   t0=$SECONDS
   mod_dir="$here/go/mpi-operator"
-  upstream=$(cd "$mod_dir" && go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)/cmd/mpi-operator
+  upstream=$(module_dir "$mod_dir" github.com/kubeflow/mpi-operator)/cmd/mpi-operator
   patched=$(mktemp -d)
   health_line='Addr:    fmt.Sprintf(":%d", healthCheckPort),'
   grep -qF "$health_line" "$upstream/app/server.go" || { log "mpi-operator: no '$health_line' in $upstream/app/server.go"; exit 1; }
@@ -116,6 +134,23 @@ else
   rm -rf "$etcd_dest" && mv "$etcd_dest.partial" "$etcd_dest"
   log "built etcd@$ETCD_VERSION in $((SECONDS - t0))s"
 fi
+
+# The CRDs `hack/local-cluster up` installs, copied out of the pinned modules once per version so
+# that `up` needs neither `go` nor the module cache (the binaries' cache is all it reads).
+# cache_crd TOOL MODULE VERSION PATH_IN_MODULE
+cache_crd() {
+  local tool=$1 module=$2 version=$3 path=$4
+  local dest="$KT2T_CACHE/crds/$tool@$version/$(basename "$path")"
+  if [[ ! -f $dest ]]; then
+    local src
+    src=$(module_dir "$here/go/$tool" "$module")
+    mkdir -p "$(dirname "$dest")" && cp "$src/$path" "$dest.partial" && mv "$dest.partial" "$dest"
+    chmod 0644 "$dest"
+  fi
+  mkdir -p "$KT2T_BIN/crds" && ln -sfn "$dest" "$KT2T_BIN/crds/$(basename "$path")"
+}
+cache_crd kwok sigs.k8s.io/kwok "$KWOK_VERSION" kustomize/crd/bases/kwok.x-k8s.io_logs.yaml
+cache_crd mpi-operator github.com/kubeflow/mpi-operator "$MPI_OPERATOR_VERSION" manifests/base/kubeflow.org_mpijobs.yaml
 
 # One folder with links to every binary, for PATH.
 mkdir -p "$KT2T_BIN"

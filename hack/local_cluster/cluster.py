@@ -27,11 +27,9 @@ from .settings import HACK_DIR, Settings
 # Written into the state folder by `up`; `down` deletes only a folder that carries it.
 STATE_MARKER = ".kubetest2-training-local-cluster"
 
-# CRDs installed before the components that need them start: (Go module, path in the module).
-CRDS = (
-    ("sigs.k8s.io/kwok", "kwok", "kustomize/crd/bases/kwok.x-k8s.io_logs.yaml"),
-    ("github.com/kubeflow/mpi-operator", "mpi-operator", "manifests/base/kubeflow.org_mpijobs.yaml"),
-)
+# CRDs installed before the components that need them start. hack/build-binaries.sh copies them
+# out of the pinned Go modules into <bin dir>/crds/, so `up` needs no `go` and no module cache.
+CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml")
 
 
 class ClusterError(Exception):
@@ -162,14 +160,17 @@ class LocalCluster:
     def bootstrap_api(self) -> None:
         """What the components after the API server need from it: CRDs, mpi-operator's lock namespace."""
         api = self.api()
-        for module, tool, path in CRDS:
-            crd_file = go_module_dir(module, tool) / path
+        for file_name in CRD_FILES:
+            crd_file = self.settings.bin_dir / "crds" / file_name
+            if not crd_file.is_file():
+                raise ClusterError(f"install CRD: {crd_file} is missing; run hack/build-binaries.sh")
             for document in yaml.safe_load_all(crd_file.read_text()):
                 if document:
                     api.apply(document)
         api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_OPERATOR_LOCK_NAMESPACE}})
-        for _, _, path in CRDS:
-            crd_name = Path(path).stem.split("_", 1)[1] + "." + Path(path).stem.split("_", 1)[0]
+        for file_name in CRD_FILES:
+            group, plural = Path(file_name).stem.split("_", 1)
+            crd_name = f"{plural}.{group}"
             wait_until(lambda name=crd_name: crd_established(api, name), self.settings.wait_timeout_s,
                        f"CRD {crd_name} to be established")
 
@@ -248,15 +249,6 @@ def crd_established(api: ApiClient, name: str) -> bool:
     crd = api.get_or_none("CustomResourceDefinition", name)
     conditions = (crd or {}).get("status", {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
-def go_module_dir(module: str, tool: str) -> Path:
-    """Where the Go module cache holds `module` at the version pinned by hack/go/<tool>/go.mod."""
-    result = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=HACK_DIR / "go" / tool,
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not result.stdout.strip():
-        raise ClusterError(f"locate Go module {module} (for its CRD): {result.stderr.strip()}")
-    return Path(result.stdout.strip())
 
 
 def tail(path: Path, lines: int = 20) -> str:
