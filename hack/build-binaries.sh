@@ -14,7 +14,6 @@ log() { echo "[build-binaries $(date +%H:%M:%S)] $*" >&2; }
 # The checksum database has no entry for some pinned pseudo-versions; go.sum pins them instead.
 export GONOSUMDB=sigs.k8s.io/kubetest2,github.com/kubeflow/mpi-operator
 
-# build_tool NAME VERSION LDFLAGS PACKAGE... : go build the packages of hack/go/NAME into the cache.
 # module_dir GO_MODULE_FOLDER MODULE: download MODULE (at the version the folder's go.mod pins) into
 # the module cache and print its source folder. `go list -m -f '{{.Dir}}'` prints an empty string
 # while a module is not yet downloaded, so a cold machine must download first; fail naming the
@@ -33,6 +32,7 @@ module_dir() {
   echo "$dir"
 }
 
+# build_tool NAME VERSION LDFLAGS PACKAGE... : go build the packages of hack/go/NAME into the cache.
 build_tool() {
   local name=$1 version=$2 ldflags=$3; shift 3
   local dest="$KT2T_CACHE/$name@$version" pkg missing=0
@@ -51,31 +51,24 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION
   -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor
   -X k8s.io/component-base/version.gitTreeState=clean"
 
-build_tool kubetest2 "$KUBETEST2_VERSION" "-s -w" sigs.k8s.io/kubetest2 \
-  sigs.k8s.io/kubetest2/kubetest2-noop sigs.k8s.io/kubetest2/kubetest2-tester-exec
 # kwok: its log reader asks a stub runtime whether the container still runs and, told
 # "unavailable", follows forever (`kubectl logs -f` never ends). hack/go/kwok/follow-ends.patch
 # makes the stub answer "exited" once the node agent has put "<log file>.exited" next to the log.
 # The patched copy of the module replaces the pinned one (`go mod edit -replace` on a copy of
 # hack/go/kwok's go.mod): only kwok's own packages are compiled again. Cache key "-follow-ends".
 KWOK_BUILD=$KWOK_VERSION-follow-ends
-kwok_dest="$KT2T_CACHE/kwok@$KWOK_BUILD"
-if [[ -x "$kwok_dest/kwok" ]]; then
-  log "kwok@$KWOK_BUILD cached in $kwok_dest"
-else
-  log "building kwok@$KWOK_BUILD ..."
-  t0=$SECONDS
-  work=$(mktemp -d)
-  kwok_src=$(module_dir "$here/go/kwok" sigs.k8s.io/kwok)
-  cp -r "$kwok_src" "$work/kwok" && chmod -R u+w "$work/kwok"
-  patch -s -d "$work/kwok" -p1 <"$here/go/kwok/follow-ends.patch"
-  cp "$here/go/kwok/go.mod" "$here/go/kwok/go.sum" "$work/"
-  rm -rf "$kwok_dest.partial" && mkdir -p "$kwok_dest.partial"
-  (cd "$work" && go mod edit -replace sigs.k8s.io/kwok=./kwok \
-    && go build -ldflags "-s -w" -o "$kwok_dest.partial/" sigs.k8s.io/kwok/cmd/kwok)
-  rm -rf "$work" "$kwok_dest" && mv "$kwok_dest.partial" "$kwok_dest"
-  log "built kwok@$KWOK_BUILD in $((SECONDS - t0))s"
-fi
+# prepare_kwok_source DIR: DIR/kwok is the pinned kwok source with the patch applied, DIR/go.mod
+# (hack/go/kwok's, with the replace) builds it.
+prepare_kwok_source() {
+  local dir=$1 src
+  src=$(module_dir "$here/go/kwok" sigs.k8s.io/kwok)
+  mkdir -p "$dir"
+  cp -r "$src" "$dir/kwok" && chmod -R u+w "$dir/kwok"
+  patch -s -d "$dir/kwok" -p1 <"$here/go/kwok/follow-ends.patch" \
+    || { log "kwok: hack/go/kwok/follow-ends.patch does not apply to $src"; return 1; }
+  cp "$here/go/kwok/go.mod" "$here/go/kwok/go.sum" "$dir/"
+  (cd "$dir" && go mod edit -replace sigs.k8s.io/kwok=./kwok)
+}
 # mpi-operator serves its leader-election health check on ":8080", every interface, fixed port.
 # Build it from a patched copy of its two main-package files that listens on
 # $MPI_OPERATOR_HEALTH_ADDRESS (default 127.0.0.1:8080), so every listener of the local cluster
@@ -84,19 +77,18 @@ fi
 # mpi-operator is compiled unchanged from the pinned module. The cache key says "loopback" so an
 # unpatched build is never taken for this one.
 MPI_OPERATOR_BUILD=$MPI_OPERATOR_VERSION-loopback
-mpi_dest="$KT2T_CACHE/mpi-operator@$MPI_OPERATOR_BUILD"
-if [[ -x "$mpi_dest/mpi-operator" ]]; then
-  log "mpi-operator@$MPI_OPERATOR_BUILD cached in $mpi_dest"
-else
-  log "building mpi-operator@$MPI_OPERATOR_BUILD ..."
-  t0=$SECONDS
-  mod_dir="$here/go/mpi-operator"
-  upstream=$(module_dir "$mod_dir" github.com/kubeflow/mpi-operator)/cmd/mpi-operator
-  patched=$(mktemp -d)
-  health_line='Addr:    fmt.Sprintf(":%d", healthCheckPort),'
-  grep -qF "$health_line" "$upstream/app/server.go" || { log "mpi-operator: no '$health_line' in $upstream/app/server.go"; exit 1; }
-  sed "s|$health_line|Addr:    loopbackHealthCheckAddress(),|" "$upstream/app/server.go" >"$patched/server.go"
-  cat >>"$patched/server.go" <<'GO'
+mpi_mod_dir="$here/go/mpi-operator"
+# prepare_mpi_operator_overlay DIR: DIR/main.go and DIR/server.go (patched copies of the pinned
+# module's cmd/mpi-operator files) and DIR/overlay.json mapping them into ./loopback.
+prepare_mpi_operator_overlay() {
+  local dir=$1 upstream
+  upstream=$(module_dir "$mpi_mod_dir" github.com/kubeflow/mpi-operator)/cmd/mpi-operator
+  mkdir -p "$dir"
+  local health_line='Addr:    fmt.Sprintf(":%d", healthCheckPort),'
+  grep -qF "$health_line" "$upstream/app/server.go" \
+    || { log "mpi-operator: no '$health_line' in $upstream/app/server.go"; return 1; }
+  sed "s|$health_line|Addr:    loopbackHealthCheckAddress(),|" "$upstream/app/server.go" >"$dir/server.go"
+  cat >>"$dir/server.go" <<'GO'
 
 // loopbackHealthCheckAddress is patched in by kubetest2-training's hack/build-binaries.sh.
 func loopbackHealthCheckAddress() string {
@@ -107,12 +99,65 @@ func loopbackHealthCheckAddress() string {
 }
 GO
   sed 's|"github.com/kubeflow/mpi-operator/cmd/mpi-operator/app"|"kubetest2-training/hack/go/mpi-operator/loopback/app"|' \
-    "$upstream/main.go" >"$patched/main.go"
+    "$upstream/main.go" >"$dir/main.go"
   printf '{"Replace": {"%s": "%s", "%s": "%s"}}\n' \
-    "$mod_dir/loopback/main.go" "$patched/main.go" "$mod_dir/loopback/app/server.go" "$patched/server.go" \
-    >"$patched/overlay.json"
+    "$mpi_mod_dir/loopback/main.go" "$dir/main.go" "$mpi_mod_dir/loopback/app/server.go" "$dir/server.go" \
+    >"$dir/overlay.json"
+}
+
+# The CRDs `hack/local-cluster up` installs, copied out of the pinned modules so that `up` needs
+# neither `go` nor the module cache (the binaries' cache is all it reads).
+CRDS=("kwok sigs.k8s.io/kwok $KWOK_VERSION kustomize/crd/bases/kwok.x-k8s.io_logs.yaml"
+      "mpi-operator github.com/kubeflow/mpi-operator $MPI_OPERATOR_VERSION manifests/base/kubeflow.org_mpijobs.yaml")
+# copy_crd TOOL MODULE PATH_IN_MODULE DEST_FILE
+copy_crd() {
+  local src
+  src=$(module_dir "$here/go/$1" "$2")
+  [[ -f $src/$3 ]] || { log "$2: no $3 in $src"; return 1; }
+  mkdir -p "$(dirname "$4")" && cp "$src/$3" "$4.partial" && chmod 0644 "$4.partial" && mv "$4.partial" "$4"
+}
+
+# `build-binaries.sh sources DIR`: only the steps that download, locate and patch module sources,
+# into DIR, without compiling (tests/unit/test_build_steps.py runs it with an empty module cache).
+if [[ ${1:-} == sources ]]; then
+  out=${2:?usage: build-binaries.sh sources DIR}
+  prepare_kwok_source "$out/kwok-build"
+  prepare_mpi_operator_overlay "$out/mpi-operator-overlay"
+  for crd in "${CRDS[@]}"; do
+    read -r tool module _ path <<<"$crd"
+    copy_crd "$tool" "$module" "$path" "$out/crds/$(basename "$path")"
+  done
+  echo "$out"
+  exit 0
+fi
+
+build_tool kubetest2 "$KUBETEST2_VERSION" "-s -w" sigs.k8s.io/kubetest2 \
+  sigs.k8s.io/kubetest2/kubetest2-noop sigs.k8s.io/kubetest2/kubetest2-tester-exec
+
+kwok_dest="$KT2T_CACHE/kwok@$KWOK_BUILD"
+if [[ -x "$kwok_dest/kwok" ]]; then
+  log "kwok@$KWOK_BUILD cached in $kwok_dest"
+else
+  log "building kwok@$KWOK_BUILD ..."
+  t0=$SECONDS
+  work=$(mktemp -d)
+  prepare_kwok_source "$work"
+  rm -rf "$kwok_dest.partial" && mkdir -p "$kwok_dest.partial"
+  (cd "$work" && go build -ldflags "-s -w" -o "$kwok_dest.partial/" sigs.k8s.io/kwok/cmd/kwok)
+  rm -rf "$work" "$kwok_dest" && mv "$kwok_dest.partial" "$kwok_dest"
+  log "built kwok@$KWOK_BUILD in $((SECONDS - t0))s"
+fi
+
+mpi_dest="$KT2T_CACHE/mpi-operator@$MPI_OPERATOR_BUILD"
+if [[ -x "$mpi_dest/mpi-operator" ]]; then
+  log "mpi-operator@$MPI_OPERATOR_BUILD cached in $mpi_dest"
+else
+  log "building mpi-operator@$MPI_OPERATOR_BUILD ..."
+  t0=$SECONDS
+  patched=$(mktemp -d)
+  prepare_mpi_operator_overlay "$patched"
   rm -rf "$mpi_dest.partial" && mkdir -p "$mpi_dest.partial"
-  (cd "$mod_dir" && go build -overlay="$patched/overlay.json" -ldflags "-s -w" \
+  (cd "$mpi_mod_dir" && go build -overlay="$patched/overlay.json" -ldflags "-s -w" \
     -o "$mpi_dest.partial/mpi-operator" ./loopback)
   rm -rf "$patched" "$mpi_dest" && mv "$mpi_dest.partial" "$mpi_dest"
   log "built mpi-operator@$MPI_OPERATOR_BUILD in $((SECONDS - t0))s"
@@ -135,22 +180,13 @@ else
   log "built etcd@$ETCD_VERSION in $((SECONDS - t0))s"
 fi
 
-# The CRDs `hack/local-cluster up` installs, copied out of the pinned modules once per version so
-# that `up` needs neither `go` nor the module cache (the binaries' cache is all it reads).
-# cache_crd TOOL MODULE VERSION PATH_IN_MODULE
-cache_crd() {
-  local tool=$1 module=$2 version=$3 path=$4
-  local dest="$KT2T_CACHE/crds/$tool@$version/$(basename "$path")"
-  if [[ ! -f $dest ]]; then
-    local src
-    src=$(module_dir "$here/go/$tool" "$module")
-    mkdir -p "$(dirname "$dest")" && cp "$src/$path" "$dest.partial" && mv "$dest.partial" "$dest"
-    chmod 0644 "$dest"
-  fi
+# The CRDs, cached per tool and version and linked from $KT2T_BIN/crds/.
+for crd in "${CRDS[@]}"; do
+  read -r tool module version path <<<"$crd"
+  dest="$KT2T_CACHE/crds/$tool@$version/$(basename "$path")"
+  [[ -f $dest ]] || copy_crd "$tool" "$module" "$path" "$dest"
   mkdir -p "$KT2T_BIN/crds" && ln -sfn "$dest" "$KT2T_BIN/crds/$(basename "$path")"
-}
-cache_crd kwok sigs.k8s.io/kwok "$KWOK_VERSION" kustomize/crd/bases/kwok.x-k8s.io_logs.yaml
-cache_crd mpi-operator github.com/kubeflow/mpi-operator "$MPI_OPERATOR_VERSION" manifests/base/kubeflow.org_mpijobs.yaml
+done
 
 # One folder with links to every binary, for PATH.
 mkdir -p "$KT2T_BIN"

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# The shared fixtures live beside the repo (../shared/fixtures); CI lays shared/ there too.
-FIXTURES = REPO.parent / "shared" / "fixtures"
+# Upstream logs the tests read, kept in the repository (tests/fixtures/README.md says where from).
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture
 def fixtures() -> Path:
     if not FIXTURES.is_dir():
-        pytest.fail(f"shared fixtures not found at {FIXTURES}")
+        pytest.fail(f"test fixtures not found at {FIXTURES}")
     return FIXTURES
