@@ -91,14 +91,20 @@ def cluster() -> Iterator[LocalCluster]:
 def default_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
     """For tests that change the nodes: starts from the default nodes (2 cpu) and puts back the
     nodes that were there before (same shape, count, EFA) afterwards."""
-    before = _node_shape(cluster)
-    if before != DEFAULT_NODE_SHAPE:
-        cluster.set_nodes(*DEFAULT_NODE_SHAPE)
+    before = ensure_default_nodes(cluster)
     try:
         yield cluster
     finally:
         if _node_shape(cluster) != before:
             cluster.set_nodes(*before)
+
+
+def ensure_default_nodes(cluster: LocalCluster) -> tuple[str, int, int]:
+    """Replace the nodes by the default ones (2 cpu) unless they are; returns the shape before."""
+    before = _node_shape(cluster)
+    if before != DEFAULT_NODE_SHAPE:
+        cluster.set_nodes(*DEFAULT_NODE_SHAPE)
+    return before
 
 
 def _node_shape(cluster: LocalCluster) -> tuple[str, int, int]:

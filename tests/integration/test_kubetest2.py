@@ -8,60 +8,16 @@ tester -> binary -> API server -> Job -> pods -> logs -> metrics -> JUnit -> exi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import junitparser
 import pytest
 
-from .conftest import REPO, LocalCluster
+from .conftest import LocalCluster
+from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
+from .kubetest2_runs import assert_runner_junit_intact, case_properties, junit_cases, kubetest2
 
 pytestmark = pytest.mark.integration
-
-VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-
-
-def kt2t_bin() -> Path:
-    out = subprocess.run(["bash", "-c", f"source {REPO}/hack/versions.sh && echo $KT2T_BIN"],
-                         capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
-CANNED_DEFAULT = "kubetest2-training.local/canned-log=bert-mpirun-32ranks"
-
-
-def canned_by_default(pod_annotations: str) -> str:
-    """These tests' pods are canned (the names say so): POD_ANNOTATIONS gets the canned log
-    `bert-mpirun-32ranks` unless it names one or injects a failure (which is canned anyway)."""
-    if "kubetest2-training.local/canned-log" in pod_annotations or "kubetest2-training.local/fail=" in pod_annotations:
-        return pod_annotations
-    return ",".join(a for a in (pod_annotations, CANNED_DEFAULT) if a)
-
-
-def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
-              env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
-                "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
-    full_env["POD_ANNOTATIONS"] = canned_by_default(full_env.get("POD_ANNOTATIONS", ""))
-    full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
-    command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
-               f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout,
-                          cwd=artifacts.parent, check=False)
-
-
-def junit_cases(artifacts: Path, binary: str) -> dict[str, junitparser.TestCase]:
-    xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
-    return {case.name: case for suite in xml for case in suite}
-
-
-def assert_runner_junit_intact(artifacts: Path) -> None:
-    runner = ET.parse(artifacts / "junit_runner.xml").getroot()
-    names = [case.get("name") for case in runner.iter("testcase")]
-    assert "Test" in names, names  # kubetest2's own phases, untouched by the tester
-
 
 def test_exec_tester_bert_training_canned_logs(cluster: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
@@ -79,7 +35,7 @@ def test_exec_tester_bert_training_canned_logs(cluster: LocalCluster, tmp_path: 
         assert header.startswith("=== pod bert-training-") and "| node kwok-" in header
         assert header in out
     assert "Process 31 - Throughput: 9.91 samples/second" in out
-    props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+    props = case_properties(case)
     assert props["metrics.throughput.median"] == "9.91"
     assert props["metrics.ranks"] == "32"
     metadata = json.loads((artifacts / "metadata.json").read_text())
@@ -136,7 +92,6 @@ def test_bad_configuration_through_kubetest2_exits_non_zero_with_junit(cluster: 
 
 # ---- GPU-shaped nodes: canned logs stand in for what GPUs print ---------------------------------
 
-CANNED = "kubetest2-training.local/canned-log"
 
 
 def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
@@ -169,7 +124,7 @@ def test_gpu_capacity_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
                      env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}=nvidia-smi-8gpus"})
     assert done.returncode == 0, done.stdout + done.stderr
     case = junit_cases(artifacts, "e2e-nvidia")["TestGPUCapacity"]
-    props = {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+    props = case_properties(case)
     assert props["node.kwok-gpu-0.gpus_seen"] == "8" and props["node.kwok-gpu-1.gpus_seen"] == "8"
 
 
@@ -184,7 +139,7 @@ def test_nccl_tests_with_efa_canned_logs(default_nodes: LocalCluster, tmp_path: 
     cases = junit_cases(artifacts, "e2e-nvidia")
     assert {"TestNCCLTests", "TestNCCLTests/single-node", "TestNCCLTests/multi-node"} <= set(cases)
     assert all(case.is_passed for case in cases.values())
-    props = {p.get("name"): p.get("value") for p in cases["TestNCCLTests/multi-node"]._elem.iter("property")}
+    props = case_properties(cases["TestNCCLTests/multi-node"])
     assert props["efa.gdrdma"] == "true"
     mpijob = artifacts / "e2e-nvidia" / "TestNCCLTests" / "multi-node" / "manifests" / "mpijob.yaml"
     text = mpijob.read_text()

@@ -1,0 +1,65 @@
+"""Running the suites through the real kubetest2 binary (noop deployer) and reading their JUnit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import junitparser
+
+from .conftest import REPO, LocalCluster
+
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+CANNED_LOG_ANNOTATION = "kubetest2-training.local/canned-log"
+FAIL_ANNOTATION = "kubetest2-training.local/fail"
+CANNED_DEFAULT = f"{CANNED_LOG_ANNOTATION}=bert-mpirun-32ranks"
+
+
+def kt2t_bin() -> Path:
+    out = subprocess.run(["bash", "-c", f"source {REPO}/hack/versions.sh && echo $KT2T_BIN"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def canned_by_default(pod_annotations: str) -> str:
+    """POD_ANNOTATIONS with the canned log `bert-mpirun-32ranks` added, unless it names one or
+    injects a failure (which is canned anyway)."""
+    if CANNED_LOG_ANNOTATION in pod_annotations or f"{FAIL_ANNOTATION}=" in pod_annotations:
+        return pod_annotations
+    return ",".join(a for a in (pod_annotations, CANNED_DEFAULT) if a)
+
+
+def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
+              env: dict[str, str] | None = None, timeout: float = 300,
+              canned: bool = True) -> subprocess.CompletedProcess[str]:
+    """`kubetest2 noop --kubeconfig=<cluster> --test=<tester> -- <args>` on CPU nodes.
+
+    canned=True gives the pods a canned log (tests whose names say canned_logs); canned=False lets
+    the local cluster run them for real.
+    """
+    full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
+                "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
+    if canned:
+        full_env["POD_ANNOTATIONS"] = canned_by_default(full_env.get("POD_ANNOTATIONS", ""))
+    full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
+    command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
+               f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout,
+                          cwd=artifacts.parent, check=False)
+
+
+def junit_cases(artifacts: Path, binary: str) -> dict[str, junitparser.TestCase]:
+    xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
+    return {case.name: case for suite in xml for case in suite}
+
+
+def case_properties(case: junitparser.TestCase) -> dict[str, str]:
+    return {p.get("name"): p.get("value") for p in case._elem.iter("property")}
+
+
+def assert_runner_junit_intact(artifacts: Path) -> None:
+    runner = ET.parse(artifacts / "junit_runner.xml").getroot()
+    names = [case.get("name") for case in runner.iter("testcase")]
+    assert "Test" in names, names  # kubetest2's own phases, untouched by the tester
