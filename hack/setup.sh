@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs everything the tests and the main job need on a fresh machine (idempotent):
-# the project's virtual environment (.venv, with the workloads and dev extras; torch comes from
+# Installs everything the tests and the main job need on a fresh machine (idempotent): the
+# system commands it uses (hack/system-packages.sh, from Debian's packages), the project's virtual environment (.venv, with the workloads and dev extras; torch comes from
 # pip's cache after the first install) and the Go binaries of the local cluster (cached by version
 # outside the repo, see hack/build-binaries.sh). Prints the venv's bin folder on its last line.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 log() { echo "[setup $(date +%H:%M:%S)] $*" >&2; }
+
+bash hack/system-packages.sh
 
 python=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
