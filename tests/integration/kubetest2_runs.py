@@ -59,6 +59,14 @@ def case_properties(case: junitparser.TestCase) -> dict[str, str]:
     return {p.get("name"): p.get("value") for p in case._elem.iter("property")}
 
 
+def suite_properties(artifacts: Path, binary: str) -> dict[str, str]:
+    """The <testsuite>'s own properties: the resolved configuration."""
+    suite = ET.parse(artifacts / f"junit_{binary}.xml").getroot().find("testsuite")
+    assert suite is not None
+    properties = suite.find("properties")
+    return {p.get("name", ""): p.get("value", "") for p in (properties if properties is not None else [])}
+
+
 def assert_runner_junit_intact(artifacts: Path) -> None:
     runner = ET.parse(artifacts / "junit_runner.xml").getroot()
     names = [case.get("name") for case in runner.iter("testcase")]

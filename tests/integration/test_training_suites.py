@@ -16,7 +16,7 @@ import junitparser
 import pytest
 
 from .conftest import LocalCluster, ensure_default_nodes
-from .kubetest2_runs import assert_runner_junit_intact, case_properties, junit_cases, kubetest2
+from .kubetest2_runs import assert_runner_junit_intact, case_properties, junit_cases, kubetest2, suite_properties
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +80,8 @@ def test_training_suite_passes_every_test(training: SuiteRun):
         assert cases[name].is_passed, f"{name}: {cases[name].result}"
         assert f"--- PASS: {name}" in training.done.stdout
     assert_runner_junit_intact(training.artifacts)
+    config = suite_properties(training.artifacts, training.binary)
+    assert config["config.accelerator"] == "cpu" and config["config.workload_size"] == "tiny", config
 
 
 @pytest.mark.parametrize("test", TRAINING_TESTS)
@@ -89,7 +91,6 @@ def test_every_rank_trained_and_the_loss_decreased(training: SuiteRun, test: str
     for rank in range(WORLD_SIZE):
         first, last = float(props[f"rank.{rank}.loss_first"]), float(props[f"rank.{rank}.loss_last"])
         assert last < first, f"{test} rank {rank}: loss {first} -> {last}"
-    assert props["config.accelerator"] == "cpu" and props["config.workload_size"] == "tiny"
 
 
 def test_elastic_recovery_restarted_and_resumed(training: SuiteRun):
