@@ -12,7 +12,7 @@ import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
 
@@ -113,9 +113,11 @@ def details(summary: str, body: str, is_open: bool = False, css: str = "") -> st
 def key_figure(test: TestResult) -> str:
     """The test's headline number: median throughput, or the bus bandwidth average."""
     metrics = test.metrics
-    if metrics is None:
-        median = test.junit_properties.get("metrics.throughput.median")
-        return esc(f"throughput {median} (median)") if median else ""
+    if metrics is None:  # from JUnit: the first metric the JUnit summary would show
+        from harness.junit import SUMMARY_METRICS
+
+        key = next((k for k in SUMMARY_METRICS if f"metrics.{k}.median" in test.junit_properties), None)
+        return esc(f"{key} {test.junit_properties[f'metrics.{key}.median']} (median)") if key else ""
     if metrics.busbw and metrics.busbw.average_gbps is not None:
         return esc(f"busbw {fmt_number(metrics.busbw.average_gbps)} GB/s")
     median = metrics.aggregate.get(metrics.throughput_key, {}).get("median")
@@ -263,7 +265,8 @@ def rank_section(metrics: Metrics, key: str, unit: str, heading: str, chart_id: 
             + "; ".join(line.label for line in lines)
             + (f". Slow ranks (marked ▼, red): {', '.join(map(str, slow))}." if slow else ". No slow rank."))
     how = f'<p class="how">{esc(refs.how)}</p>' if refs and refs.how else ""
-    chart = rank_chart(chart_id, values, unit, lines, f"{heading} per rank ({unit})".replace(" ()", ""), desc)
+    title = f"{heading} per rank" + (f" ({unit})" if unit else "")
+    chart = rank_chart(chart_id, values, unit, lines, title, desc)
     return (f"<h3>{esc(heading)} per rank</h3><p>{esc(_rank_sentence(values, unit, reference))}</p>{how}"
             f'<figure>{chart}</figure>' + details("data table", _rank_table(values, unit, reference)))
 
@@ -417,8 +420,6 @@ def _failure_moment(test: TestResult, events: Sequence[Event]) -> datetime | Non
     if warning:
         return warning
     start = parse_time(test.started)
-    from datetime import timedelta
-
     return start + timedelta(seconds=test.elapsed_s) if start and test.elapsed_s is not None else None
 
 
