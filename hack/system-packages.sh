@@ -11,6 +11,7 @@ log() { echo "[system-packages $(date +%H:%M:%S)] $*" >&2; }
 declare -A PACKAGE_OF=(
   [openssl]=openssl        # the local cluster's PKI (hack/local_cluster/pki.py)
   [patch]=patch            # kwok's follow-ends.patch (hack/build-binaries.sh)
+  [chromium]=chromium      # headless browser of the report's tests and bench (tests/browser/, bench/report_bench.py)
 )
 for extra in "$@"; do PACKAGE_OF[${extra%%=*}]=${extra#*=}; done
 
