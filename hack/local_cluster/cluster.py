@@ -22,7 +22,7 @@ from .components import MPI_OPERATOR_LOCK_NAMESPACE, Component, components, is_h
 from .kubeconfig import write_kubeconfig
 from .pki import CLIENT_IDENTITIES, Pki
 from .processes import ProcessRecord
-from .settings import HACK_DIR, Settings
+from .settings import Settings
 
 # Written into the state folder by `up`; `down` deletes only a folder that carries it.
 STATE_MARKER = ".kubetest2-training-local-cluster"
