@@ -6,8 +6,8 @@ mpirun in the launcher reaches its workers through an ssh stand-in (ssh_standin.
 - A worker whose command is `sshd` (upstream's `/usr/sbin/sshd -De`) runs the sshd stand-in
   instead: it keeps the container running and starts what mpirun sends (`orted ...`) inside it.
 - The launcher keeps OpenMPI's TCP on loopback (`OMPI_MCA_oob_tcp_if_include` and
-  `OMPI_MCA_btl_tcp_if_include` = `lo`, unless the pod sets them: the only network here; mpirun
-  passes them on to its daemons), and `PWD=/proc/self/cwd`: OpenMPI takes the working folder it
+  `OMPI_MCA_btl_tcp_if_include` = `lo`, unless the pod chooses those interfaces itself: the only
+  network here; mpirun passes them on to its daemons), and `PWD=/proc/self/cwd`: OpenMPI takes the working folder it
   sends to the ranks from PWD when PWD names mpirun's cwd, and every pod's folder exists on this
   one machine, so without it the ranks would run in the launcher's folder; with it each rank
   stays in the folder its orted runs in, its worker's, as on separate nodes.
@@ -34,7 +34,8 @@ from .ssh_standin import STANDIN_SCRIPT
 
 # sshd's PATH for root's sessions (Debian's default), behind the ssh stand-in's folder.
 SSHD_SESSION_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-LOOPBACK_MCA = {"OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_MCA_btl_tcp_if_include": "lo"}
+# OpenMPI's TCP (its daemons' out-of-band channel, MPI's byte transfer layer) on loopback.
+LOOPBACK_MCA = {"oob_tcp": "lo", "btl_tcp": "lo"}
 CLUSTER_DOMAIN = "cluster.local"
 
 
@@ -101,8 +102,9 @@ class MpiPodAdapter:
         if Path(view.argv[0]).name == "sshd":
             view.argv = self.sshd_argv(spec, view)
         elif mpi_role(self.pod) == "launcher":
-            for name, value in LOOPBACK_MCA.items():
-                view.env.setdefault(name, value)
+            for family, value in LOOPBACK_MCA.items():
+                if not chooses_interfaces(family, view):
+                    view.env[f"OMPI_MCA_{family}_if_include"] = value
             view.env.setdefault("PWD", "/proc/self/cwd")
         return view
 
@@ -138,6 +140,13 @@ class MpiPodAdapter:
                 "--hostname", self.pod["spec"].get("hostname") or meta["name"],
                 "--authorized-keys", str(Path(key_dir) / "authorized_keys") if key_dir else "",
                 *(arg for k, v in session_env.items() for arg in ("--env", f"{k}={v}")), "--", *view.argv[1:]]
+
+
+def chooses_interfaces(family: str, view: ContainerView) -> bool:
+    """The pod picks the family's interfaces itself (`--mca btl_tcp_if_exclude ...` or the env):
+    adding an include beside its exclude would be an error to OpenMPI."""
+    setting = f"{family}_if_"
+    return any(setting in arg for arg in view.argv) or any(f"OMPI_MCA_{setting}" in name for name in view.env)
 
 
 def ssh_key_dir(spec: dict[str, Any], view: ContainerView) -> str:
