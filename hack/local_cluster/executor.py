@@ -167,7 +167,9 @@ class PodRun:
             if self.stopping.is_set():
                 log.close()
                 return 137
-            process = subprocess.Popen([resolved, *argv[1:]], env=view.env, cwd=view.cwd, stdin=subprocess.DEVNULL,
+            # argv[0] stays as written, as a runtime execs it (mpirun given by its full path takes it
+            # for --prefix and changes the command its daemons get).
+            process = subprocess.Popen(argv, executable=resolved, env=view.env, cwd=view.cwd, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             self.processes[name] = process
             state.pid = process.pid

@@ -127,7 +127,7 @@ def test_mpijob_trains_through_mpirun_in_the_worker_pods(cluster: LocalCluster, 
         assert (report["launcher"], report["backend"], report["node"]) == ("openmpi", "gloo", worker.metadata.name)
     # mpirun reached each worker through the ssh stand-in: the worker's log says so.
     worker_log = cluster.core.read_namespaced_pod_log(workers[0].metadata.name, namespace)
-    assert "Accepted publickey for" in worker_log and " orted " in worker_log
+    assert "Accepted publickey for" in worker_log and "orted -mca" in worker_log
 
 
 def test_deleting_a_worker_mid_run_fails_the_launcher_with_mpiruns_error(cluster: LocalCluster, namespace: str):
