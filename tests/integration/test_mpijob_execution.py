@@ -29,6 +29,8 @@ WHERE = "echo where rank=$OMPI_COMM_WORLD_RANK host=$(uname -n) cwd=$(pwd -P) si
 ALL_REDUCE = f"{WHERE}; exec python -m workloads.allreduce --size tiny"
 MPIRUN_LOST_A_DAEMON = ("ORTE has lost communication with a remote daemon",
                         "ORTE was unable to reliably start one or more daemons")
+MPIRUN_RANK_FAILED = ("Primary job  terminated normally, but 1 process returned",
+                      "mpirun detected that one or more processes exited with non-zero status")
 TAGGED = re.compile(r"^\[1,(\d+)\]<(stdout|stderr)>:(.*)$")
 
 
@@ -172,4 +174,6 @@ def test_a_failing_rank_fails_mpirun_with_its_code_and_last_lines_and_the_launch
         assert launcher.status.container_statuses[0].state.terminated.exit_code == 3, launcher.status
         log = cluster.core.read_namespaced_pod_log(launcher.metadata.name, namespace)
         assert by_rank(log)[1] == ["rank 1 gives up"], log
-        assert "mpirun detected that one or more processes exited with non-zero status" in log
+        # mpirun's own words: it prints at least one of the two (under load it sometimes exits
+        # before printing its summary, outside the local cluster too).
+        assert any(words in log for words in MPIRUN_RANK_FAILED), log
