@@ -41,45 +41,75 @@ def kubeconfig_path(settings: Settings, identity: str) -> Path:
 
 def components(settings: Settings, pki: Pki) -> list[Component]:
     """Every component, in the order they must start (each needs the ones before it)."""
-    binary = lambda name: str(settings.bin_dir / name)  # noqa: E731
-    ports = settings.ports
-    kubeconfig = lambda identity: str(kubeconfig_path(settings, identity))  # noqa: E731
-    serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
-    # The controller manager's and scheduler's own servers authenticate their callers through the
-    # API server; /healthz stays open to anyone (their default always-allow paths).
-    delegated_auth = lambda identity: [  # noqa: E731
-        f"--kubeconfig={kubeconfig(identity)}",
-        f"--authentication-kubeconfig={kubeconfig(identity)}",
-        f"--authorization-kubeconfig={kubeconfig(identity)}",
-        f"--client-ca-file={pki.ca_cert}",
-        f"--bind-address={LOOPBACK}",
-        "--leader-elect=false",
-        *serving,
-    ]
-    etcd_url = f"http://{LOOPBACK}:{ports['etcd']}"
-    etcd_peer_url = f"http://{LOOPBACK}:{ports['etcd-peer']}"
-    return [
-        Component("etcd", [
-            binary("etcd"),
+    c = ComponentCommands(settings, pki)
+    return [c.etcd(), c.kube_apiserver(), c.kube_controller_manager(), c.kube_scheduler(), c.kwok(),
+            c.mpi_operator(), c.node_agent()]
+
+
+@dataclass(frozen=True)
+class ComponentCommands:
+    """Each component's command line and health check, from the settings and the PKI."""
+
+    settings: Settings
+    pki: Pki
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return self.settings.ports
+
+    @property
+    def serving(self) -> list[str]:
+        return [f"--tls-cert-file={self.pki.serving_cert}", f"--tls-private-key-file={self.pki.serving_key}"]
+
+    def binary(self, name: str) -> str:
+        return str(self.settings.bin_dir / name)
+
+    def kubeconfig(self, identity: str) -> str:
+        return str(kubeconfig_path(self.settings, identity))
+
+    def https_health(self, name: str, path: str = "/healthz") -> tuple[str, int]:
+        return f"https://{LOOPBACK}:{self.ports[name]}{path}", self.ports[name]
+
+    def delegated_auth(self, identity: str) -> list[str]:
+        """The controller manager's and scheduler's own servers authenticate their callers through
+        the API server; /healthz stays open to anyone (their default always-allow paths)."""
+        return [
+            f"--kubeconfig={self.kubeconfig(identity)}",
+            f"--authentication-kubeconfig={self.kubeconfig(identity)}",
+            f"--authorization-kubeconfig={self.kubeconfig(identity)}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            f"--bind-address={LOOPBACK}",
+            "--leader-elect=false",
+            *self.serving,
+        ]
+
+    def etcd(self) -> Component:
+        url = f"http://{LOOPBACK}:{self.ports['etcd']}"
+        peer_url = f"http://{LOOPBACK}:{self.ports['etcd-peer']}"
+        return Component("etcd", [
+            self.binary("etcd"),
             "--name=kubetest2-training",
-            f"--data-dir={settings.state_dir / 'etcd'}",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={etcd_peer_url}",
-            f"--initial-advertise-peer-urls={etcd_peer_url}",
-            f"--initial-cluster=kubetest2-training={etcd_peer_url}",
+            f"--data-dir={self.settings.state_dir / 'etcd'}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=kubetest2-training={peer_url}",
             # A throw-away test cluster: durability is not worth an fsync per write.
             "--unsafe-no-fsync=true",
             "--auto-compaction-retention=1",
             "--quota-backend-bytes=2147483648",
-        ], f"{etcd_url}/health", ports["etcd"]),
-        Component("kube-apiserver", [
-            binary("kube-apiserver"),
-            f"--etcd-servers={etcd_url}",
+        ], f"{url}/health", self.ports["etcd"])
+
+    def kube_apiserver(self) -> Component:
+        pki = self.pki
+        return Component("kube-apiserver", [
+            self.binary("kube-apiserver"),
+            f"--etcd-servers=http://{LOOPBACK}:{self.ports['etcd']}",
             f"--bind-address={LOOPBACK}",
             f"--advertise-address={LOOPBACK}",
-            f"--secure-port={ports['kube-apiserver']}",
-            *serving,
+            f"--secure-port={self.ports['kube-apiserver']}",
+            *self.serving,
             f"--client-ca-file={pki.ca_cert}",
             "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -95,62 +125,70 @@ def components(settings: Settings, pki: Pki) -> list[Component]:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
-        ], f"https://{LOOPBACK}:{ports['kube-apiserver']}/readyz", ports["kube-apiserver"]),
-        Component("kube-controller-manager", [
-            binary("kube-controller-manager"),
-            *delegated_auth("kube-controller-manager"),
-            f"--secure-port={ports['kube-controller-manager']}",
+        ], *self.https_health("kube-apiserver", "/readyz"))
+
+    def kube_controller_manager(self) -> Component:
+        return self.delegating_server(
+            "kube-controller-manager",
             # The service-account and token controllers: the `default` ServiceAccount of every
             # namespace, and kube-root-ca.crt for projected token volumes.
-            f"--root-ca-file={pki.ca_cert}",
-            f"--service-account-private-key-file={pki.service_account_key}",
+            f"--root-ca-file={self.pki.ca_cert}",
+            f"--service-account-private-key-file={self.pki.service_account_key}",
             "--use-service-account-credentials=true",
             "--controllers=*",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allocate-node-cidrs=false",
-            "--profiling=false",
-        ], f"https://{LOOPBACK}:{ports['kube-controller-manager']}/healthz", ports["kube-controller-manager"]),
-        Component("kube-scheduler", [
-            binary("kube-scheduler"),
-            *delegated_auth("kube-scheduler"),
-            f"--secure-port={ports['kube-scheduler']}",
-            "--profiling=false",
-        ], f"https://{LOOPBACK}:{ports['kube-scheduler']}/healthz", ports["kube-scheduler"]),
-        Component("kwok", [
-            binary("kwok"),
-            f"--kubeconfig={kubeconfig('kwok')}",
-            f"--config={settings.stages_file}",
+        )
+
+    def kube_scheduler(self) -> Component:
+        return self.delegating_server("kube-scheduler")
+
+    def delegating_server(self, name: str, *flags: str) -> Component:
+        """The controller manager or the scheduler: its own flags among the shared ones."""
+        return Component(name, [self.binary(name), *self.delegated_auth(name), f"--secure-port={self.ports[name]}",
+                                *flags, "--profiling=false"], *self.https_health(name))
+
+    def kwok(self) -> Component:
+        return Component("kwok", [
+            self.binary("kwok"),
+            f"--kubeconfig={self.kubeconfig('kwok')}",
+            f"--config={self.settings.stages_file}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}",
             f"--node-ip={LOOPBACK}",
-            f"--node-port={ports['kwok']}",
-            f"--server-address={LOOPBACK}:{ports['kwok']}",
-            *serving,
+            f"--node-port={self.ports['kwok']}",
+            f"--server-address={LOOPBACK}:{self.ports['kwok']}",
+            *self.serving,
             "--node-lease-duration-seconds=40",
             f"--cidr={POD_CIDR}",
             # Logs objects come from the API (the node agent makes one per pod), not from --config.
             "--enable-crds=Logs",
-        ], f"https://{LOOPBACK}:{ports['kwok']}/healthz", ports["kwok"]),
-        # Supervised: mpi-operator exits whenever it loses its leader lease (see supervisor.py).
-        Component("mpi-operator", [
+        ], *self.https_health("kwok"))
+
+    def mpi_operator(self) -> Component:
+        """Supervised: mpi-operator exits whenever it loses its leader lease (see supervisor.py)."""
+        port = self.ports["mpi-operator"]
+        return Component("mpi-operator", [
             sys.executable, "-m", "local_cluster.supervisor", "--",
-            binary("mpi-operator"),
-            f"--kubeConfig={kubeconfig('mpi-operator')}",
+            self.binary("mpi-operator"),
+            f"--kubeConfig={self.kubeconfig('mpi-operator')}",
             f"--lock-namespace={MPI_OPERATOR_LOCK_NAMESPACE}",
             "--monitoring-port=0",
             "--kube-api-qps=50",
             "--kube-api-burst=100",
-        ], f"http://{LOOPBACK}:{ports['mpi-operator']}/healthz", ports["mpi-operator"],
+        ], f"http://{LOOPBACK}:{port}/healthz", port,
             # Read by the loopback patch that hack/build-binaries.sh compiles in.
-            env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{ports['mpi-operator']}", "PYTHONPATH": str(HACK_DIR)}),
-        Component("node-agent", [
+            env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{port}", "PYTHONPATH": str(HACK_DIR)})
+
+    def node_agent(self) -> Component:
+        settings = self.settings
+        return Component("node-agent", [
             sys.executable, "-m", "local_cluster.node_agent",
             f"--server={settings.apiserver_url}",
             f"--state-dir={settings.state_dir}",
             f"--canned-logs-dir={settings.canned_logs_dir}",
             f"--default-canned-log={settings.default_canned_log}",
-        ], "", None, env={"PYTHONPATH": str(HACK_DIR)}),
-    ]
+        ], "", None, env={"PYTHONPATH": str(HACK_DIR)})
 
 
 def is_healthy(component: Component, pki: Pki) -> bool:

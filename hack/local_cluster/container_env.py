@@ -1,41 +1,92 @@
-"""What a container's process sees on a kwok node: its environment, its command line after the
-kubelet's `$(VAR)` expansion, and cluster DNS names and rendezvous ports rewritten for 127.0.0.1.
-
-Every pod of the local cluster runs on this one machine, so:
-- a name the pod would resolve through the cluster DNS to another pod of a headless Service
-  (`<host>.<service>[.<namespace>[.svc[.cluster.local]]]`, the torchrun launcher's
-  `MASTER_ADDR=<job>-0.<job>`) is rewritten to 127.0.0.1 in env values and arguments;
-- the rendezvous port a pod passes (`MASTER_PORT`, `--master-port[=]`, `--master_port[=]`,
-  `--rdzv-endpoint=host:port`) would collide between jobs running at the same time, so each
-  (namespace, service, port) gets its own free port, the same for every pod of that job;
-- torchrun's c10d rendezvous guesses that it hosts the store when the endpoint is a local
-  address, which on 127.0.0.1 is every pod: `--rdzv-conf=is_host=` is added, true only for the
-  pod whose hostname the endpoint named (what real DNS would have told torchrun).
+"""A container's declared environment as the kubelet resolves it: `env` and `envFrom` (values with
+`$(VAR)` expansion, fieldRef, resourceFieldRef, ConfigMap and Secret keys), and the same
+expansion for `command` and `args`.
 """
 
 from __future__ import annotations
 
-import random
+import base64
 import re
-import socket
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from .api import ApiClient
+
 LOOPBACK = "127.0.0.1"
-# Rendezvous ports come from below the kernel's ephemeral range (32768-60999), so that a port
-# handed out here is not taken meanwhile by some outgoing connection's local port.
-PORT_RANGE = (30000, 32767)
-_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _FIELD_PATH = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
-PORT_FLAGS = ("--master-port", "--master_port")
-ADDR_FLAGS = ("--master-addr", "--master_addr")
-RDZV_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint")
 
 
 class ContainerConfigError(Exception):
     """The container cannot start: a missing ConfigMap/Secret key, an unknown field path."""
+
+
+@dataclass(frozen=True)
+class PodObjects:
+    """The ConfigMaps and Secrets of the pod's namespace, read when a container starts."""
+
+    api: ApiClient
+    namespace: str
+
+    def _get(self, kind: str, name: str, optional: bool) -> dict[str, Any]:
+        obj = self.api.get_or_none(kind, name, self.namespace)
+        if obj is None and not optional:
+            raise ContainerConfigError(f"{kind.lower()} {name!r} not found")
+        return obj or {}
+
+    def files(self, kind: str, name: str, optional: bool) -> dict[str, bytes]:
+        """A volume's files: every key's bytes (a ConfigMap's binaryData too); {} when an optional
+        object is missing."""
+        obj = self._get(kind, name, optional)
+        if kind == "Secret":
+            return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        files = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+        files.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        return files
+
+    def strings(self, kind: str, name: str, optional: bool) -> dict[str, str]:
+        """Env values: a ConfigMap's data (not binaryData, as the kubelet), a Secret's decoded."""
+        obj = self._get(kind, name, optional)
+        data = obj.get("data") or {}
+        if kind == "Secret":
+            return {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
+        return dict(data)
+
+
+def declared_env(spec: dict[str, Any], pod: dict[str, Any], objects: PodObjects) -> dict[str, str]:
+    """`envFrom` then `env`, in order: `$(VAR)` refers to the variables declared before it."""
+    declared: dict[str, str] = {}
+    for source in spec.get("envFrom") or []:
+        for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+            if key in source:
+                data = objects.strings(kind, source[key]["name"], bool(source[key].get("optional")))
+                declared.update({source.get("prefix", "") + k: v for k, v in data.items()})
+    for var in spec.get("env") or []:
+        if "valueFrom" not in var:
+            declared[var["name"]] = expand(var.get("value", ""), declared.get)
+            continue
+        value = value_from(var["valueFrom"], spec, pod, objects)
+        if value is not None:
+            declared[var["name"]] = value
+    return declared
+
+
+def value_from(source: dict[str, Any], spec: dict[str, Any], pod: dict[str, Any], objects: PodObjects) -> str | None:
+    """One `valueFrom`; None for a missing optional key (the variable is then not set)."""
+    if "fieldRef" in source:
+        return field_value(pod, source["fieldRef"]["fieldPath"])
+    if "resourceFieldRef" in source:
+        return resource_value(spec, source["resourceFieldRef"])
+    for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+        if key in source:
+            ref = source[key]
+            data = objects.strings(kind, ref["name"], bool(ref.get("optional")))
+            if ref["key"] in data:
+                return data[ref["key"]]
+            if ref.get("optional"):
+                return None
+            raise ContainerConfigError(f"couldn't find key {ref['key']} in {kind} {objects.namespace}/{ref['name']}")
+    raise ContainerConfigError(f"unsupported valueFrom {sorted(source)}")
 
 
 def expand(text: str, lookup: Callable[[str], str | None]) -> str:
@@ -117,136 +168,3 @@ def quantity(text: str) -> float:
     return float(text)
 
 
-@dataclass
-class PortAllocator:
-    """One free loopback port per (namespace, service, requested port), shared by the pods of a job,
-    kept while any pod of the namespace still uses it."""
-
-    ports: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def port_for(self, namespace: str, service: str, requested: int) -> int:
-        key = (namespace, service, requested)
-        with self.lock:
-            if key not in self.ports:
-                self.ports[key] = self._free_port(set(self.ports.values()))
-            return self.ports[key]
-
-    def release_namespace_except(self, live: set[tuple[str, str]]) -> None:
-        """Forget the ports of (namespace, service) pairs that no live pod uses any more."""
-        with self.lock:
-            for key in [k for k in self.ports if (k[0], k[1]) not in live]:
-                del self.ports[key]
-
-    @staticmethod
-    def _free_port(taken: set[int]) -> int:
-        candidates = list(range(PORT_RANGE[0], PORT_RANGE[1] + 1))
-        random.shuffle(candidates)  # another cluster's agent on this machine draws from the same range
-        for port in candidates:
-            if port in taken:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.bind((LOOPBACK, port))
-                except OSError:
-                    continue
-            return port
-        raise ContainerConfigError(f"no free port in {PORT_RANGE} on {LOOPBACK}")
-
-
-@dataclass
-class LoopbackNames:
-    """Rewrites one pod's cluster DNS names and rendezvous ports (see the module docstring)."""
-
-    namespace: str
-    services: set[str]  # headless Services of the namespace, plus the pod's own subdomain
-    subdomain: str  # the pod's spec.subdomain (its job's Service), else its job name, else its name
-    hostname: str  # the pod's spec.hostname, else its name
-    ports: PortAllocator
-
-    def _service_of(self, name: str, allow_bare: bool) -> str | None:
-        """The Service a DNS name points into, or None when it is not one of this namespace's."""
-        ns = re.escape(self.namespace)
-        for service in self.services:
-            svc = re.escape(service)
-            if re.fullmatch(rf"{_LABEL}\.{svc}(?:\.{ns}(?:\.svc(?:\.cluster\.local)?)?)?\.?", name) \
-                    or re.fullmatch(rf"{svc}\.{ns}(?:\.svc(?:\.cluster\.local)?)?\.?", name) \
-                    or (allow_bare and name == service):
-                return service
-        return None
-
-    def host(self, name: str, allow_bare: bool = False) -> str:
-        return LOOPBACK if self._service_of(name, allow_bare) else name
-
-    def port(self, raw: str, service: str | None = None) -> str:
-        if not raw.isdigit():
-            return raw
-        return str(self.ports.port_for(self.namespace, service or self.subdomain, int(raw)))
-
-    def _dotted_names(self, text: str) -> str:
-        """Every dotted cluster name inside a string (a URL, `host:port`) -> 127.0.0.1."""
-        def replace(match: re.Match[str]) -> str:
-            return self.host(match.group(0))
-        return re.sub(rf"(?<![\w.-]){_LABEL}(?:\.{_LABEL})+(?![\w-]|\.\w)", replace, text)
-
-    def endpoint(self, value: str) -> tuple[str, str | None]:
-        """`host:port` of a rendezvous endpoint -> (rewritten, the Service its host named)."""
-        host, sep, port = value.rpartition(":")
-        if not sep:
-            host, port = value, ""
-        service = self._service_of(host, allow_bare=True)
-        if service is None:
-            return value, None
-        return LOOPBACK + (f":{self.port(port, service)}" if port else ""), service
-
-    def env_value(self, name: str, value: str) -> str:
-        if name == "MASTER_ADDR":
-            return self.host(value, allow_bare=True)
-        if name == "MASTER_PORT":
-            return self.port(value)
-        return self._dotted_names(value)
-
-    def argv(self, argv: list[str]) -> list[str]:
-        out: list[str] = []
-        rdzv_host: str | None = None
-        i = 0
-        while i < len(argv):
-            arg = argv[i]
-            flag, eq, value = arg.partition("=")
-            separate = not eq and flag in (*PORT_FLAGS, *ADDR_FLAGS, *RDZV_FLAGS) and i + 1 < len(argv)
-            if separate:
-                value = argv[i + 1]
-            if flag in PORT_FLAGS and (eq or separate):
-                value = self.port(value)
-            elif flag in ADDR_FLAGS and (eq or separate):
-                value = self.host(value, allow_bare=True)
-            elif flag in RDZV_FLAGS and (eq or separate):
-                original_host = value.rpartition(":")[0] or value
-                value, service = self.endpoint(value)
-                if service is not None and "." in original_host:
-                    rdzv_host = original_host  # a pod's name: that pod alone hosts the store
-            elif eq or separate:
-                value = self._dotted_names(value)
-            else:
-                out.append(self._dotted_names(arg))
-                i += 1
-                continue
-            out.extend([flag, value] if separate else [f"{flag}={value}"])
-            i += 2 if separate else 1
-        if rdzv_host is not None:
-            out = self._with_is_host(out, rdzv_host)
-        return out
-
-    def _with_is_host(self, argv: list[str], endpoint_host: str) -> list[str]:
-        """torchrun's c10d store must live in exactly one pod: the one the endpoint names."""
-        is_host = "1" if endpoint_host.split(".", 1)[0] == self.hostname else "0"
-        for index, arg in enumerate(argv):
-            if arg.startswith(("--rdzv-conf=", "--rdzv_conf=")) and "is_host=" not in arg:
-                argv = list(argv)
-                argv[index] = f"{arg},is_host={is_host}" if arg.split("=", 1)[1] else f"{arg}is_host={is_host}"
-                return argv
-            if arg.startswith(("--rdzv-conf=", "--rdzv_conf=")):
-                return argv
-        # torchrun's own options come before the script: right after the launcher's name.
-        launcher_end = 3 if argv[1:3] == ["-m", "torch.distributed.run"] else 1
-        return [*argv[:launcher_end], f"--rdzv-conf=is_host={is_host}", *argv[launcher_end:]]

@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .settings import LOOPBACK
+from .settings import LOOPBACK, InFolder
 
 # One serving certificate for every component: all of them listen on 127.0.0.1 only. The
 # kubernetes.default names let in-cluster clients of a later version verify the API server.
@@ -51,29 +51,12 @@ class Pki:
 
     directory: Path
 
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
-
-    @property
-    def serving_cert(self) -> Path:
-        return self.directory / "serving.crt"
-
-    @property
-    def serving_key(self) -> Path:
-        return self.directory / "serving.key"
-
-    @property
-    def service_account_key(self) -> Path:
-        return self.directory / "sa.key"
-
-    @property
-    def service_account_public_key(self) -> Path:
-        return self.directory / "sa.pub"
+    ca_cert = InFolder("directory", "ca.crt")
+    ca_key = InFolder("directory", "ca.key")
+    serving_cert = InFolder("directory", "serving.crt")
+    serving_key = InFolder("directory", "serving.key")
+    service_account_key = InFolder("directory", "sa.key")
+    service_account_public_key = InFolder("directory", "sa.pub")
 
     def client_cert(self, name: str) -> Path:
         return self.directory / f"{name}.crt"

@@ -23,6 +23,16 @@ DEFAULT_PORTS: dict[str, int] = {
 }
 
 
+class InFolder:
+    """A read-only attribute: a fixed name inside the folder another attribute holds."""
+
+    def __init__(self, folder_attribute: str, name: str) -> None:
+        self.folder_attribute, self.name = folder_attribute, name
+
+    def __get__(self, instance: object, owner: type | None = None) -> Path:
+        return Path(getattr(instance, self.folder_attribute)) / self.name
+
+
 def _port_env_name(component: str) -> str:
     return "KT2T_PORT_" + component.upper().replace("-", "_")
 
@@ -43,29 +53,14 @@ class Settings:
     stages_file: Path = field(default=HACK_DIR / "kwok" / "stages.yaml")
     build_script: Path = field(default=HACK_DIR / "build-binaries.sh")
 
-    @property
-    def pki_dir(self) -> Path:
-        return self.state_dir / "pki"
-
-    @property
-    def run_dir(self) -> Path:
-        """Pid files and the command line each pid was started with."""
-        return self.state_dir / "run"
-
-    @property
-    def logs_dir(self) -> Path:
-        """One log file per component."""
-        return self.state_dir / "logs"
-
-    @property
-    def pod_logs_dir(self) -> Path:
-        """Container logs in CRI format, served by kwok through `pods/log`."""
-        return self.state_dir / "pod-logs"
-
-    @property
-    def kubeconfig(self) -> Path:
-        """The admin kubeconfig that `up` prints."""
-        return self.state_dir / "kubeconfig"
+    # The state folder's parts: PKI; pid files and the command line each pid was started with;
+    # one log per component; container logs in CRI format (kwok serves them through `pods/log`);
+    # the admin kubeconfig that `up` prints.
+    pki_dir = InFolder("state_dir", "pki")
+    run_dir = InFolder("state_dir", "run")
+    logs_dir = InFolder("state_dir", "logs")
+    pod_logs_dir = InFolder("state_dir", "pod-logs")
+    kubeconfig = InFolder("state_dir", "kubeconfig")
 
     @property
     def apiserver_url(self) -> str:

@@ -227,9 +227,11 @@ def test_default_canned_log_is_the_bert_run(cluster: LocalCluster, namespace: st
 
 
 def mpijob(name: str, workers: int = 2) -> dict:
+    """Canned, as every pod here (test_mpijob_execution.py runs MPIJobs for real)."""
     def pod_template(container: str) -> dict:
         image = "registry.invalid/never-pulled:1"
-        return {"spec": {"containers": [{"name": container, "image": image, "command": ["mpirun", "train.py"]}]}}
+        return {"metadata": {"annotations": canned_by_default(None)},
+                "spec": {"containers": [{"name": container, "image": image, "command": ["mpirun", "train.py"]}]}}
 
     return {
         "apiVersion": "kubeflow.org/v2beta1",

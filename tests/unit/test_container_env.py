@@ -1,5 +1,6 @@
-"""The node agent's view of a container (hack/local_cluster/container_env.py): `$(VAR)` expansion
-with the kubelet's rules, field refs, and the loopback rewriting of cluster names and ports."""
+"""The node agent's view of a container (hack/local_cluster/container_env.py, loopback_names.py,
+volumes.py): `$(VAR)` expansion with the kubelet's rules, field refs, the loopback rewriting of
+cluster names and ports, and container paths mapped into the pod's scratch folder."""
 
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
-from local_cluster.container_env import (
-    ContainerConfigError,
-    LoopbackNames,
-    PortAllocator,
-    expand,
-    field_value,
-)
+from local_cluster.container_env import ContainerConfigError, expand, field_value
+from local_cluster.loopback_names import LoopbackNames, PortAllocator
+from local_cluster.volumes import PathMap, projected_files
 
 VARS = {"A": "1", "B": "two"}
 
@@ -94,3 +91,33 @@ def test_rdzv_endpoint_gets_a_port_and_one_host():
     assert guest == ["torchrun", "--rdzv-conf=is_host=0", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "w"]
     merged = names("job-1", ports).argv(["torchrun", "--rdzv-conf=timeout=9", "--rdzv-endpoint=job-0.job:29500"])
     assert merged[1] == "--rdzv-conf=timeout=9,is_host=0"
+
+
+def test_mpirun_host_lists_keep_their_names():
+    """The ssh stand-in maps them to pods; 127.0.0.1 would name no pod."""
+    argv = ["mpirun", "-H", "job-0.job.ns.svc,job-1.job.ns.svc", "--host=job-0.job", "-x", "A=job-0.job", "p"]
+    assert names("l").argv(argv) == [
+        "mpirun", "-H", "job-0.job.ns.svc,job-1.job.ns.svc", "--host=job-0.job", "-x", "A=127.0.0.1", "p"]
+
+
+def test_container_paths_map_into_the_scratch_folder():
+    paths = PathMap((("/tmp", Path("/s/tmp")), ("/etc/mpi", Path("/s/volumes/cfg")),
+                     ("/etc/mpi/keys", Path("/s/volumes/keys"))))
+    assert paths.rewrite("/etc/mpi/hostfile") == "/s/volumes/cfg/hostfile"
+    assert paths.rewrite("/etc/mpi/keys/id") == "/s/volumes/keys/id"  # the longest prefix wins
+    assert paths.rewrite("--hostfile=/etc/mpi/hostfile") == "--hostfile=/s/volumes/cfg/hostfile"
+    assert paths.rewrite("/tmp") == "/s/tmp"
+    assert paths.rewrite("/etc/mpiother") == "/etc/mpiother"
+    assert paths.rewrite("x=/tmp/a") == "x=/tmp/a"  # only flags' values
+
+
+def test_volume_items_and_modes_as_mpi_operator_asks():
+    """The launcher's ConfigMap volume: hostfile 0444, discover_hosts.sh 0555, items only."""
+    source = {"name": "job-config", "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444},
+                                              {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o555}]}
+    files = {"hostfile": b"job-worker-0.job.ns.svc slots=1\n", "discover_hosts.sh": b"#!/bin/sh\n", "other": b"x"}
+    assert projected_files(source, files, "ConfigMap job-config") == [
+        ("hostfile", files["hostfile"], 0o444), ("discover_hosts.sh", files["discover_hosts.sh"], 0o555)]
+    with pytest.raises(ContainerConfigError, match="no key 'missing'"):
+        projected_files({"items": [{"key": "missing", "path": "m"}]}, files, "Secret s")
+    assert projected_files({"defaultMode": 0o600}, {"a": b"1"}, "Secret s") == [("a", b"1", 0o600)]

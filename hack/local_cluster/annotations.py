@@ -1,0 +1,18 @@
+"""The annotations and labels the node agent reads and writes on pods (one place for their names)."""
+
+from __future__ import annotations
+
+ANNOTATION_PREFIX = "kubetest2-training.local/"
+# Set by the agent on every pod it runs for real; kwok's stages leave such pods alone.
+EXECUTED_ANNOTATION = ANNOTATION_PREFIX + "executed-by"
+EXECUTED_BY = "node-agent"
+# container=image pairs: which image each local process stood in for (the image is not pulled).
+STANDS_IN_FOR_ANNOTATION = ANNOTATION_PREFIX + "stands-in-for-image"
+# Canned pods: the log to serve (`-<container>` for one container), an injected failure, and the
+# agent's signal to kwok's stages that the log files are in place.
+CANNED_LOG_ANNOTATION = ANNOTATION_PREFIX + "canned-log"
+FAIL_ANNOTATION = ANNOTATION_PREFIX + "fail"
+LOGS_READY_ANNOTATION = ANNOTATION_PREFIX + "logs-ready"
+# Pods of an MPIJob (mpi-operator v2beta1): `launcher` or `worker`.
+MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -1,0 +1,84 @@
+"""Pods with canned logs: fault injection and GPU output, by annotation (hack/README.md).
+
+Every container's log is `hack/canned-logs/<name>.log`, written at once when the pod is bound, and
+kwok's stages drive the pod (stage pod-ready waits for the annotation
+`kubetest2-training.local/logs-ready`, as a kubelet starts containers only once it can log them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .annotations import CANNED_LOG_ANNOTATION, FAIL_ANNOTATION, LOGS_READY_ANNOTATION
+from .api import ApiClient
+from .cri_log import cri_lines, mark_exited
+from .pod_files import PodFiles, all_containers, apply_logs
+
+# The canned log of a pod whose failure is injected, unless the pod names one.
+FAILURE_CANNED_LOG = "bert-mpirun-missing-env"
+# An annotation value becomes a file name: no path separators, no dot-dot.
+CANNED_LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def canned_by_annotation(pod: dict[str, Any]) -> bool:
+    annotations = pod["metadata"].get("annotations") or {}
+    return FAIL_ANNOTATION in annotations or any(k.startswith(CANNED_LOG_ANNOTATION) for k in annotations)
+
+
+@dataclass(frozen=True)
+class CannedPods:
+    """Writes canned pods' logs and tells kwok they are in place."""
+
+    api: ApiClient
+    files: PodFiles
+    canned_logs_dir: Path
+    default_canned_log: str
+
+    def serve(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        annotations = meta.get("annotations") or {}
+        crash_loops = annotations.get(FAIL_ANNOTATION) == "crashloop"
+        started = datetime.now(timezone.utc)
+        entries = []
+        for container in all_containers(pod):
+            name = container["name"]
+            content = cri_lines(self.lines(annotations, name), started)
+            container_dir = self.files.logs_dir(pod) / name
+            container_dir.mkdir(parents=True, exist_ok=True)
+            (container_dir / "0.log").write_text(content)
+            entry: dict[str, Any] = {"containers": [name], "logsFile": str(container_dir / "0.log")}
+            if crash_loops:
+                # The crashed run's output, served for `kubectl logs --previous`; that run is over.
+                (container_dir / "previous.log").write_text(content)
+                mark_exited(container_dir / "previous.log")
+                entry["previousLogsFile"] = str(container_dir / "previous.log")
+            entries.append(entry)
+        apply_logs(self.api, pod, entries)
+        if annotations.get(LOGS_READY_ANNOTATION) != "true":
+            self.api.merge_patch("Pod", meta["name"], {"metadata": {"annotations": {LOGS_READY_ANNOTATION: "true"}}},
+                                 meta["namespace"])
+
+    def ended(self, pod: dict[str, Any]) -> None:
+        """kwok's stages finished a canned pod: its logs are complete, a follow may end there."""
+        for container in all_containers(pod):
+            log_file = self.files.logs_dir(pod) / container["name"] / "0.log"
+            if log_file.exists():
+                mark_exited(log_file)
+
+    def lines(self, annotations: dict[str, str], container: str) -> list[str]:
+        if annotations.get(FAIL_ANNOTATION) == "image-pull":
+            return []  # the container never ran
+        name = annotations.get(f"{CANNED_LOG_ANNOTATION}-{container}") or annotations.get(CANNED_LOG_ANNOTATION)
+        if not name:
+            name = FAILURE_CANNED_LOG if FAIL_ANNOTATION in annotations else self.default_canned_log
+        if not CANNED_LOG_NAME.match(name):
+            return [f"kwok node agent: invalid canned log name {name!r}"]
+        path = self.canned_logs_dir / f"{name}.log"
+        try:
+            return path.read_text(errors="replace").splitlines()
+        except OSError:
+            return [f"kwok node agent: no canned log {name!r} (looked for {path})"]
