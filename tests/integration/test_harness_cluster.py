@@ -187,7 +187,7 @@ def test_delete_and_wait_until_gone(kube: Cluster, namespace: str):
 
 
 def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
-    fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {},
+    fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
               "TrainingImage": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
               "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "Env": []}
