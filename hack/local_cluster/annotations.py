@@ -13,6 +13,9 @@ STANDS_IN_FOR_ANNOTATION = ANNOTATION_PREFIX + "stands-in-for-image"
 CANNED_LOG_ANNOTATION = ANNOTATION_PREFIX + "canned-log"
 FAIL_ANNOTATION = ANNOTATION_PREFIX + "fail"
 LOGS_READY_ANNOTATION = ANNOTATION_PREFIX + "logs-ready"
+# The fraction of each period the pod's processes were stopped because its node is labelled slow
+# (slow_nodes.py): injected slowness, kept once the label goes.
+SLOWED_ANNOTATION = ANNOTATION_PREFIX + "slowed-by"
 # Pods of an MPIJob (mpi-operator v2beta1): `launcher` or `worker`.
 MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,31 @@ class ApiClient:
             for line in response:
                 if line.strip():
                     yield json.loads(line)
+
+    def list_then_watch(self, kind: str, on_list: Callable[[list[dict[str, Any]]], None],
+                        on_event: Callable[[str, dict[str, Any]], None], log: Callable[[str], None]) -> None:
+        """An informer, forever: lists (on_list), then watches from the list's version (on_event:
+        ADDED, MODIFIED, DELETED); lists again when the watch expires, and after any error."""
+        while True:
+            try:
+                listed = self.get(kind)
+                on_list(listed["items"])
+                self._follow(kind, listed["metadata"]["resourceVersion"], on_event, log)
+            except (ApiError, OSError, ValueError) as error:
+                log(f"{kind} watch interrupted: {error}; starting over")
+                time.sleep(1)
+
+    def _follow(self, kind: str, resource_version: str, on_event: Callable[[str, dict[str, Any]], None],
+                log: Callable[[str], None]) -> None:
+        while True:
+            for event in self.watch(kind, resource_version):
+                event_type, obj = event["type"], event["object"]
+                if event_type == "ERROR":  # typically 410 Gone: the version expired; list again
+                    log(f"{kind} watch error: {obj.get('message')}")
+                    return
+                resource_version = obj["metadata"]["resourceVersion"]
+                if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                    on_event(event_type, obj)
 
     def healthy(self, path: str = "/readyz") -> bool:
         try:

@@ -1,4 +1,4 @@
-"""Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, stop/restart."""
+"""Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, node-slow, stop/restart."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 
 from . import nodes
-from .api import ApiError
+from .api import ApiClient, ApiError
 from .cluster import ClusterError, LocalCluster, progress, wait_until
 from .settings import Settings, port_env_names
 
@@ -47,7 +47,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name, verb in (("node-not-ready", "turn NotReady"), ("node-ready", "turn Ready again")):
         command = commands.add_parser(name, help=f"make a node {verb} (through a kwok stage)")
         command.add_argument("node")
+    slow = commands.add_parser("node-slow", help="slow a node's pods down: the node agent stops their processes "
+                                                 "FRACTION of every 100 ms (SIGSTOP/SIGCONT); `off` ends it")
+    slow.add_argument("node")
+    slow.add_argument("fraction", type=slow_fraction_argument,
+                      help="share of each period stopped, strictly between 0 and 1 (0.5 halves the speed), or off")
     return parser.parse_args(argv)
+
+
+def slow_fraction_argument(text: str) -> float | None:
+    if text == "off":
+        return None
+    try:
+        return nodes.parse_slow_fraction(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}; or `off`") from None
 
 
 def add_node_options(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -111,9 +125,22 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
             cluster.wait_usable()
         progress(f"nodes: {', '.join(created)} ({settings.node_shape}) Ready")
         return 0
-    not_ready = args.command == "node-not-ready"
-    nodes.set_not_ready(api, args.node, not_ready)
-    wait_until(lambda: nodes.node_is_ready(api.get("Node", args.node)) != not_ready, settings.wait_timeout_s,
-               f"node {args.node} to be {'NotReady' if not_ready else 'Ready'}")
-    progress(f"node {args.node}: {'NotReady' if not_ready else 'Ready'}")
+    if args.command == "node-slow":
+        return node_slow(api, args.node, args.fraction, settings.wait_timeout_s)
+    return node_readiness(api, args.node, args.command == "node-not-ready", settings.wait_timeout_s)
+
+
+def node_readiness(api: ApiClient, node: str, not_ready: bool, timeout_s: float) -> int:
+    nodes.set_not_ready(api, node, not_ready)
+    wait_until(lambda: nodes.node_is_ready(api.get("Node", node)) != not_ready, timeout_s,
+               f"node {node} to be {'NotReady' if not_ready else 'Ready'}")
+    progress(f"node {node}: {'NotReady' if not_ready else 'Ready'}")
+    return 0
+
+
+def node_slow(api: ApiClient, node: str, fraction: float | None, timeout_s: float) -> int:
+    nodes.set_slow(api, node, fraction)
+    wait_until(lambda: nodes.slow_fraction(api.get("Node", node)) == fraction, timeout_s,
+               f"node {node} to show {nodes.SLOW_LABEL}={fraction if fraction is not None else '(none)'}")
+    progress(f"node {node}: " + (f"slow, its pods stopped {fraction:.0%} of the time" if fraction else "full speed"))
     return 0

@@ -45,6 +45,9 @@ class PodContext:
     logs_dir: Path
     view: PodView
     adapt: ViewAdapter | None = None
+    # Called with container sessions before the agent signals them: whoever holds them stopped
+    # (a slow node, slow_nodes.py) resumes them, since a stopped process never handles SIGTERM.
+    before_signal: Callable[[list[int]], None] | None = None
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -58,6 +61,7 @@ class PodRun:
         self.ctx = ctx
         meta, spec = ctx.pod["metadata"], ctx.pod["spec"]
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
+        self.node = spec.get("nodeName", "")
         self.on_done = on_done
         self.init_specs = list(spec.get("initContainers") or [])
         self.specs = list(spec["containers"])
@@ -178,7 +182,7 @@ class PodRun:
         self.reporter.event("Normal", "Started", name,
                             f"Started container {name} as local process {process.pid} ({' '.join(argv)[:300]}); "
                             f"stands in for image {spec.get('image')} (not pulled)")
-        exit_code = self._wait_container(process, log)
+        exit_code = self._wait_container(process, log, self._signal_sessions)
         mark_exited(self.log_path(name))
         with self.lock:
             self.processes.pop(name, None)
@@ -188,7 +192,8 @@ class PodRun:
         return exit_code
 
     @staticmethod
-    def _wait_container(process: subprocess.Popen[bytes], log: CriLogWriter) -> int:
+    def _wait_container(process: subprocess.Popen[bytes], log: CriLogWriter,
+                        signal_sessions: Callable[[list[int], signal.Signals], None]) -> int:
         """Copies the output into the log until the main process exits; its exit code (128+signal)."""
         readers = [threading.Thread(target=log.pump, args=(pipe, stream), daemon=True)
                    for pipe, stream in ((process.stdout, "stdout"), (process.stderr, "stderr"))]
@@ -197,7 +202,7 @@ class PodRun:
         code = process.wait()
         # The container ends with its main process: the rest of it goes too (a runtime kills the
         # container's pid namespace), so no orphan outlives the pod.
-        signal_container(process.pid, signal.SIGKILL)
+        signal_sessions([process.pid], signal.SIGKILL)
         for reader in readers:
             reader.join(timeout=10)
         log.close()
@@ -214,13 +219,23 @@ class PodRun:
         self.reporter.event("Warning", "Failed", state.name, f"Error: {message}")
         return 128
 
+    def sessions(self) -> list[int]:
+        """The session ids of the running containers."""
+        with self.lock:
+            return [p.pid for p in self.processes.values()]
+
     def signal_all(self, sig: signal.Signals) -> list[int]:
         """Signals every running container; their session ids."""
-        with self.lock:
-            sessions = [p.pid for p in self.processes.values()]
+        sessions = self.sessions()
+        self._signal_sessions(sessions, sig)
+        return sessions
+
+    def _signal_sessions(self, sessions: list[int], sig: signal.Signals) -> None:
+        """Every signal to a container goes through here: resumed first (PodContext.before_signal)."""
+        if self.ctx.before_signal is not None:
+            self.ctx.before_signal(sessions)
         for session in sessions:
             signal_container(session, sig)
-        return sessions
 
     def stop(self, grace_s: float) -> None:
         """Pod deleted: SIGTERM every container, SIGKILL what is left after grace_s."""
@@ -229,8 +244,7 @@ class PodRun:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and any(container_alive(s) for s in sessions):
             time.sleep(0.1)
-        for session in sessions:
-            signal_container(session, signal.SIGKILL)
+        self._signal_sessions(sessions, signal.SIGKILL)
         self.finished.wait(timeout=15)
 
     def kill_now(self) -> None:

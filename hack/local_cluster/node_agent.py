@@ -10,7 +10,8 @@ For each pod bound to a node it either runs the pod for real or serves canned lo
   `kubetest2-training.local/fail` annotation (fault injection, GPU output) and pods with a
   container without `command` (the image's entrypoint is unknown here); kwok's stages drive them.
 
-Either way kwok serves `pods/log` from the files a `Logs` object names (pod_files.py).
+Either way kwok serves `pods/log` from the files a `Logs` object names (pod_files.py). Pods run for
+real on a node labelled `kubetest2-training.local/slow=<fraction>` are slowed down (slow_nodes.py).
 
 Run by `hack/local-cluster up` as `python -m local_cluster.node_agent`.
 """
@@ -43,6 +44,7 @@ from .pki import Pki
 from .pod_files import PodFiles, all_containers, apply_logs
 from .pod_status import agent_log, orphaned_status
 from .settings import REPO_DIR
+from .slow_nodes import SlowNodes
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -72,34 +74,25 @@ class NodeAgent:
         self.runs_lock = threading.Lock()
         self.ports = PortAllocator()
         self.venv_bin = venv_bin()
+        self.slow = SlowNodes(api, self.runs_on)
 
     def run_forever(self) -> None:
-        """List, then watch from the list's version; start over on any error or expired watch."""
-        while True:
-            try:
-                pods = self.api.get("Pod")
-                seen_uids = set()
-                for pod in pods["items"]:
-                    seen_uids.add(pod["metadata"]["uid"])
-                    self.handle_or_log(pod)
-                self.forget_missing(seen_uids)
-                self.follow(pods["metadata"]["resourceVersion"])
-            except (ApiError, OSError, ValueError) as error:
-                agent_log(f"pod watch interrupted: {error}; starting over")
-                time.sleep(1)
+        """Follows the nodes (slow ones, in a thread) and the pods (here), forever."""
+        threading.Thread(target=self.api.list_then_watch, args=("Node", self.slow.on_list, self.slow.on_event,
+                                                                agent_log), daemon=True, name="nodes").start()
+        self.slow.cycler.start()
+        self.api.list_then_watch("Pod", self.on_pod_list, self.on_pod_event, agent_log)
 
-    def follow(self, resource_version: str) -> None:
-        while True:
-            for event in self.api.watch("Pod", resource_version):
-                kind, pod = event["type"], event["object"]
-                if kind == "ERROR":  # typically 410 Gone: the version expired; list again
-                    agent_log(f"watch error: {pod.get('message')}")
-                    return
-                resource_version = pod["metadata"]["resourceVersion"]
-                if kind == "DELETED":
-                    self.forget(pod)
-                elif kind in ("ADDED", "MODIFIED"):
-                    self.handle_or_log(pod)
+    def on_pod_list(self, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self.handle_or_log(pod)
+        self.forget_missing({pod["metadata"]["uid"] for pod in pods})
+
+    def on_pod_event(self, event_type: str, pod: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.forget(pod)
+        else:
+            self.handle_or_log(pod)
 
     def handle_or_log(self, pod: dict[str, Any]) -> None:
         """One pod's failure (say, its namespace is terminating) must not stop the others."""
@@ -171,6 +164,7 @@ class NodeAgent:
         self.dns.register(pod)
         agent_log(f"running pod {meta['namespace']}/{meta['name']} for real ({stands_in})")
         run.start()
+        self.slow.pod_started(run)
 
     def pod_context(self, pod: dict[str, Any]) -> PodContext:
         meta, spec = pod["metadata"], pod["spec"]
@@ -182,7 +176,12 @@ class NodeAgent:
         scratch.mkdir(parents=True, exist_ok=True)
         view = PodView(pod, PodObjects(self.api, meta["namespace"]), names, scratch, self.venv_bin)
         adapt = MpiPodAdapter(pod, self.dns, scratch / ".kt2t-bin") if mpi_role(pod) else None
-        return PodContext(self.api, self.files.logs_dir(pod), view, adapt)
+        return PodContext(self.api, self.files.logs_dir(pod), view, adapt, before_signal=self.slow.cycler.release)
+
+    def runs_on(self, node: str) -> list[PodRun]:
+        """The node's pods run for real whose containers have not all ended."""
+        with self.runs_lock:
+            return [run for run in self.runs.values() if run.node == node and not run.finished.is_set()]
 
     def finished(self, run: PodRun) -> None:
         """All containers done. A deleted pod is then removed (grace 0), as the kubelet does once
@@ -209,7 +208,9 @@ class NodeAgent:
             self.remove_pod(meta["namespace"], meta["name"], meta["uid"])
 
     def stop_all(self) -> None:
-        """The agent is stopping: its processes go with it (SIGTERM, then SIGKILL after 5 s)."""
+        """The agent is stopping: its processes go with it (resumed if a slow node held them stopped,
+        SIGTERM, then SIGKILL after 5 s)."""
+        self.slow.cycler.stop()
         with self.runs_lock:
             runs = list(self.runs.values())
         for run in runs:
@@ -231,6 +232,7 @@ class NodeAgent:
             run.kill_now()  # gone from the API without a graceful stop (forced deletion)
             run.finished.wait(timeout=10)
         self.handled_uids.discard(uid)
+        self.slow.forget(uid)
         self.dns.unregister(pod)
         self.files.remove(pod)
         self.release_ports()

@@ -1,4 +1,4 @@
-"""Fake nodes played by kwok: shapes (CPU, GPU), creation, replacement, and NotReady on demand."""
+"""Fake nodes played by kwok: shapes (CPU, GPU), creation, replacement, and NotReady or slow on demand."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from .settings import LOOPBACK
 MANAGED_LABEL = "kubetest2-training.local/node"
 # Label that the kwok stage in hack/kwok/stages.yaml turns into Ready=False (and back when removed).
 NOT_READY_LABEL = "kubetest2-training.local/not-ready"
+# Label that makes the node agent stop the node's pods' processes that fraction of every period
+# (slow_nodes.py): a node that is really slower, for straggler tests.
+SLOW_LABEL = "kubetest2-training.local/slow"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
@@ -116,3 +119,27 @@ def set_not_ready(api: ApiClient, name: str, not_ready: bool) -> None:
 def node_is_ready(node: dict[str, Any]) -> bool:
     conditions = node.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def parse_slow_fraction(text: str) -> float:
+    """The value of the slow label: a fraction strictly between 0 and 1 (of each period stopped)."""
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = float("nan")
+    if not 0 < fraction < 1:  # also false for NaN
+        raise ValueError(f"{SLOW_LABEL}: {text!r} is not a fraction strictly between 0 and 1 "
+                         "(the share of each period the node's pods are stopped, e.g. 0.5 halves their speed)")
+    return fraction
+
+
+def slow_fraction(node: dict[str, Any]) -> float | None:
+    """The node's slow fraction; None when it has no slow label. ValueError for a malformed one."""
+    value = (node["metadata"].get("labels") or {}).get(SLOW_LABEL)
+    return None if value is None else parse_slow_fraction(value)
+
+
+def set_slow(api: ApiClient, name: str, fraction: float | None) -> None:
+    """Labels the node slow by `fraction`; None removes the label (full speed again)."""
+    value = None if fraction is None else str(fraction)  # str: round-trips exactly
+    api.merge_patch("Node", name, {"metadata": {"labels": {SLOW_LABEL: value}}})

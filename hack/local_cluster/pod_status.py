@@ -141,14 +141,18 @@ class PodReporter:
                 if getattr(error, "status", None) != 404:
                     agent_log(f"status of pod {self.namespace}/{self.name}: {error}")
 
-    def event(self, kind: str, reason: str, container: str, message: str) -> None:
+    def event(self, kind: str, reason: str, container: str | None, message: str) -> None:
+        """An event of the pod, of one of its containers unless container is None."""
         stamp = now_rfc3339()
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": self.name, "namespace": self.namespace,
+                    "uid": self.uid}
+        if container is not None:
+            involved["fieldPath"] = f"spec.containers{{{container}}}"
         try:
             self.api.create({
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": f"{self.name}.{os.urandom(8).hex()}", "namespace": self.namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": self.name, "namespace": self.namespace,
-                                   "uid": self.uid, "fieldPath": f"spec.containers{{{container}}}"},
+                "involvedObject": involved,
                 "reason": reason, "message": message, "type": kind, "count": 1,
                 "firstTimestamp": stamp, "lastTimestamp": stamp,
                 "source": {"component": "kubelet", "host": self.node},

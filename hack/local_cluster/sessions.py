@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Collection
 from pathlib import Path
 
 
@@ -22,15 +23,26 @@ def _stat_fields(pid: str) -> list[str] | None:
         return None
 
 
-def session_members(session_id: int) -> list[int]:
-    """Live (not zombie) processes of a session."""
-    members = []
+def members_of_sessions(session_ids: Collection[int]) -> dict[int, int]:
+    """Live (not zombie) processes of any of these sessions, pid -> session, from one /proc scan."""
+    members = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat_fields(entry)
-            if fields and int(fields[3]) == session_id and fields[0] not in ("Z", "X"):
-                members.append(int(entry))
+            if fields and int(fields[3]) in session_ids and fields[0] not in ("Z", "X"):
+                members[int(entry)] = int(fields[3])
     return members
+
+
+def session_members(session_id: int) -> list[int]:
+    """Live (not zombie) processes of a session."""
+    return list(members_of_sessions({session_id}))
+
+
+def signal_process(pid: int, sig: signal.Signals) -> None:
+    """A process that is gone (or no longer ours) needs no signal."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
 
 
 def signal_container(session_id: int, sig: signal.Signals) -> None:
@@ -38,8 +50,7 @@ def signal_container(session_id: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(session_id, sig)
     for pid in session_members(session_id):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+        signal_process(pid, sig)
 
 
 def container_alive(session_id: int) -> bool:

@@ -67,6 +67,10 @@ class LocalCluster:
         """Turns a node NotReady (kwok stage) or Ready again; returns once the node says so."""
         run_local_cluster("node-ready" if ready else "node-not-ready", node)
 
+    def set_node_slow(self, node: str, fraction: float | None) -> None:
+        """Slows a node's pods down by `fraction` (`hack/local-cluster node-slow`), None: full speed."""
+        run_local_cluster("node-slow", node, "off" if fraction is None else str(fraction))
+
 
 def cluster_is_running() -> bool:
     return subprocess.run([str(LOCAL_CLUSTER), "status"], capture_output=True, check=False).returncode == 0

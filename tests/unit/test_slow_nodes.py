@@ -1,0 +1,185 @@
+"""The duty cycle of slow nodes (hack/local_cluster/slow_nodes.py): which processes are stopped and
+resumed when, on a scripted clock; then one real process stopped and resumed by the real thread."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from local_cluster.nodes import parse_slow_fraction
+from local_cluster.slow_nodes import DutyCycler, resume_schedule
+
+PERIOD_S = 0.1
+
+
+class ScriptedNodes:
+    """Stands in for the agent and the kernel: sessions per node, processes per session, a clock
+    that the cycler's waits advance, and a log of (time, pid, signal) for every signal sent."""
+
+    def __init__(self, sessions: dict[str, list[int]], processes: dict[int, list[int]]) -> None:
+        self.sessions = sessions
+        self.processes = processes
+        self.now = 0.0
+        self.sent: list[tuple[float, int, str]] = []
+        self.on_wait: list = []  # callables run (once each) at the next waits
+
+    def clock(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> bool:
+        if self.on_wait:
+            self.on_wait.pop(0)()
+        self.now += seconds
+        return False
+
+    def send(self, pid: int, sig: signal.Signals) -> None:
+        self.sent.append((round(self.now, 6), pid, sig.name))
+
+    def members(self, sessions: Collection[int]) -> dict[int, int]:
+        return {pid: session for session, pids in self.processes.items() if session in sessions for pid in pids}
+
+    def cycler(self) -> DutyCycler:
+        return DutyCycler(lambda node: self.sessions.get(node, []), PERIOD_S, self.members, self.send,
+                          self.clock, self.wait)
+
+
+@pytest.fixture
+def nodes() -> ScriptedNodes:
+    # Node a: one container (session 10) whose rank left the group (11); node b: session 20;
+    # node c: never slow.
+    return ScriptedNodes({"a": [10], "b": [20], "c": [30]}, {10: [10, 11], 20: [20], 30: [30]})
+
+
+def test_resume_schedule_orders_nodes_by_fraction():
+    assert resume_schedule({"a": 0.5, "b": 0.25}, 0.1) == [(0.025, "b"), (0.05, "a")]
+    assert resume_schedule({}, 0.1) == []
+
+
+def test_one_period_stops_every_process_of_slow_nodes_and_resumes_each_at_its_fraction(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    cycler.set_fraction("a", 0.5)
+    cycler.set_fraction("b", 0.25)
+    cycler.cycle()
+    assert nodes.sent == [(0.0, 10, "SIGSTOP"), (0.0, 11, "SIGSTOP"), (0.0, 20, "SIGSTOP"),
+                          (0.025, 20, "SIGCONT"), (0.05, 10, "SIGCONT"), (0.05, 11, "SIGCONT")]
+    assert nodes.now == pytest.approx(PERIOD_S)  # waits out the period
+    assert cycler.stopped == {}
+
+
+def test_stopped_share_of_the_time_is_the_fraction(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    cycler.set_fraction("a", 0.75)
+    for _ in range(10):
+        cycler.cycle()
+    stops = [t for t, pid, sig in nodes.sent if pid == 10 and sig == "SIGSTOP"]
+    resumes = [t for t, pid, sig in nodes.sent if pid == 10 and sig == "SIGCONT"]
+    assert len(stops) == len(resumes) == 10
+    stopped_s = sum(resume - stop for stop, resume in zip(stops, resumes, strict=True))
+    assert stopped_s / nodes.now == pytest.approx(0.75)
+
+
+def test_no_slow_node_no_signal_and_the_period_still_waited(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    cycler.cycle()
+    assert nodes.sent == [] and nodes.now == pytest.approx(PERIOD_S)
+
+
+def test_sessions_started_later_are_slowed_from_the_next_period(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    cycler.set_fraction("a", 0.5)
+    cycler.cycle()
+    nodes.sessions["a"].append(40)
+    nodes.processes[40] = [40]
+    nodes.sent.clear()
+    cycler.cycle()
+    assert (0.1, 40, "SIGSTOP") in nodes.sent and (0.15, 40, "SIGCONT") in nodes.sent
+
+
+def test_release_resumes_at_once_and_the_scheduled_resume_does_not_repeat_it(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    cycler.set_fraction("a", 0.5)
+
+    def pod_stopping() -> None:  # as the agent does: the pod leaves sessions_on, then release
+        nodes.sessions["a"] = []
+        nodes.now += 0.01
+        cycler.release([10])
+
+    nodes.on_wait.append(pod_stopping)
+    cycler.cycle()
+    assert nodes.sent == [(0.0, 10, "SIGSTOP"), (0.0, 11, "SIGSTOP"), (0.01, 10, "SIGCONT"), (0.01, 11, "SIGCONT")]
+    nodes.sent.clear()
+    cycler.cycle()
+    assert nodes.sent == []
+
+
+def test_removing_the_label_mid_period_resumes_the_node_now(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    cycler.set_fraction("a", 0.9)
+    cycler.set_fraction("b", 0.9)
+    nodes.on_wait.append(lambda: cycler.set_fraction("a", None))
+    cycler.cycle()
+    # a resumed when its label went (t=0), b at 0.09; next period only b is stopped.
+    assert [(t, pid, sig) for t, pid, sig in nodes.sent if sig == "SIGCONT"] == [
+        (0.0, 10, "SIGCONT"), (0.0, 11, "SIGCONT"), (0.09, 20, "SIGCONT")]
+    nodes.sent.clear()
+    cycler.cycle()
+    assert {pid for _, pid, _ in nodes.sent} == {20}
+
+
+def test_set_fraction_returns_the_previous_one(nodes: ScriptedNodes):
+    cycler = nodes.cycler()
+    assert cycler.set_fraction("a", 0.5) is None
+    assert cycler.set_fraction("a", 0.25) == 0.5
+    assert cycler.set_fraction("a", None) == 0.25
+    assert cycler.slow_nodes() == []
+
+
+@pytest.mark.parametrize("text", ["0", "1", "1.5", "-0.2", "nan", "half", ""])
+def test_slow_fraction_outside_0_1_is_refused_naming_what_is_expected(text: str):
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        parse_slow_fraction(text)
+
+
+def test_slow_fraction_parsed():
+    assert parse_slow_fraction("0.25") == 0.25
+
+
+# ---- one real process, the real thread ------------------------------------------------------------------
+
+
+def process_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_real_process_is_stopped_most_of_the_time_and_stop_leaves_it_running(sleeper: subprocess.Popen[bytes]):
+    cycler = DutyCycler(lambda node: [sleeper.pid] if node == "slow" else [])
+    cycler.set_fraction("slow", 0.9)
+    cycler.start()
+    try:
+        states = []
+        for _ in range(40):  # 0.4 s: four periods, sampled every 10 ms
+            states.append(process_state(sleeper.pid))
+            time.sleep(0.01)
+    finally:
+        cycler.stop()
+    assert states.count("T") >= len(states) // 2, states
+    assert not cycler.thread.is_alive()
+    assert process_state(sleeper.pid) == "S"  # sleeping, not stopped
