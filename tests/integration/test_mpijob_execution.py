@@ -140,8 +140,8 @@ def test_deleting_a_worker_mid_run_fails_the_launcher_with_mpiruns_error(cluster
     def all_ranks_running() -> bool:
         nonlocal launcher_log
         pods = pods_of(cluster, namespace, name, "launcher")
-        if not pods:
-            return False
+        if not pods or pods[-1].status.phase != "Running":
+            return False  # (before its container starts kwok may not serve its log yet: 400)
         launcher_log = cluster.core.read_namespaced_pod_log(pods[-1].metadata.name, namespace)
         return sorted(by_rank(launcher_log)) == [0, 1]
 

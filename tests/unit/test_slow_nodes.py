@@ -182,4 +182,4 @@ def test_real_process_is_stopped_most_of_the_time_and_stop_leaves_it_running(sle
         cycler.stop()
     assert states.count("T") >= len(states) // 2, states
     assert not cycler.thread.is_alive()
-    assert process_state(sleeper.pid) == "S"  # sleeping, not stopped
+    assert process_state(sleeper.pid) in ("S", "R")  # sleeping (or just resumed), not stopped (T)
