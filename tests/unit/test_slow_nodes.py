@@ -1,21 +1,24 @@
-"""The duty cycle of slow nodes (hack/local_cluster/slow_nodes.py): which processes are stopped and
-resumed when, on a scripted clock; then one real process stopped and resumed by the real thread."""
+"""Slow nodes (hack/local_cluster/slow_nodes.py): which processes the duty cycle stops and resumes
+when, on a scripted clock; one real process stopped and resumed by the real thread; and how the
+node label reaches the cycler and the pods' annotation and events."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
 from local_cluster.nodes import parse_slow_fraction
-from local_cluster.slow_nodes import DutyCycler, resume_schedule
+from local_cluster.slow_nodes import DutyCycler, SlowNodes, resume_schedule
 
 PERIOD_S = 0.1
 
@@ -183,3 +186,62 @@ def test_real_process_is_stopped_most_of_the_time_and_stop_leaves_it_running(sle
     assert states.count("T") >= len(states) // 2, states
     assert not cycler.thread.is_alive()
     assert process_state(sleeper.pid) in ("S", "R")  # sleeping (or just resumed), not stopped (T)
+
+
+# ---- the agent's side: the node label in, the pods' record out ------------------------------------------
+
+
+class RecordingApi:
+    """Stands in for the API client: keeps the merge patches."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, str, dict, str]] = []
+
+    def merge_patch(self, kind: str, name: str, patch: dict, namespace: str = "") -> None:
+        self.patches.append((kind, name, patch, namespace))
+
+
+def fake_run(name: str, node: str) -> SimpleNamespace:
+    events: list[tuple[str, str]] = []
+    return SimpleNamespace(uid=f"uid-{name}", name=name, namespace="ns", node=node, events=events,
+                           finished=threading.Event(), stopping=threading.Event(), sessions=lambda: [1000],
+                           reporter=SimpleNamespace(event=lambda _kind, reason, _c, message: events.append(
+                               (reason, message))))
+
+
+def node_object(name: str, slow: str | None) -> dict:
+    return {"metadata": {"name": name, "labels": {} if slow is None else {"kubetest2-training.local/slow": slow}}}
+
+
+def test_the_label_slows_the_node_and_each_of_its_pods_says_so_once():
+    api, runs = RecordingApi(), [fake_run("p", "n1")]
+    slow = SlowNodes(api, lambda node: [r for r in runs if r.node == node])
+    slow.on_list([node_object("n1", "0.5"), node_object("n2", None)])
+    slow.on_event("MODIFIED", node_object("n1", "0.5"))  # unchanged: nothing new recorded
+    assert slow.cycler.fraction("n1") == 0.5 and slow.cycler.fraction("n2") is None
+    assert api.patches == [("Pod", "p", {"metadata": {"annotations": {"kubetest2-training.local/slowed-by": "0.5"}}},
+                            "ns")]
+    assert [reason for reason, _ in runs[0].events] == ["Slowed"]
+    assert "n1" in runs[0].events[0][1] and "50%" in runs[0].events[0][1]
+    assert slow.sessions_on("n1") == [1000]
+    runs[0].stopping.set()  # a pod being deleted is no longer cycled
+    assert slow.sessions_on("n1") == []
+
+    slow.on_event("MODIFIED", node_object("n1", None))
+    assert slow.cycler.fraction("n1") is None
+    assert [reason for reason, _ in runs[0].events] == ["Slowed", "SlowedEnded"]
+
+
+def test_a_pod_starting_on_a_slow_node_is_recorded_and_a_malformed_label_ignored():
+    api, runs = RecordingApi(), []
+    slow = SlowNodes(api, lambda node: [r for r in runs if r.node == node])
+    slow.on_event("ADDED", node_object("n1", "0.25"))
+    slow.on_event("ADDED", node_object("n2", "2"))
+    assert slow.cycler.slow_nodes() == ["n1"]
+    late, elsewhere = fake_run("late", "n1"), fake_run("elsewhere", "n2")
+    runs += [late, elsewhere]
+    slow.pod_started(late)
+    slow.pod_started(elsewhere)
+    assert [reason for reason, _ in late.events] == ["Slowed"] and elsewhere.events == []
+    slow.on_event("DELETED", node_object("n1", "0.25"))
+    assert slow.cycler.slow_nodes() == []
