@@ -182,7 +182,7 @@ class PodRun:
         self.reporter.event("Normal", "Started", name,
                             f"Started container {name} as local process {process.pid} ({' '.join(argv)[:300]}); "
                             f"stands in for image {spec.get('image')} (not pulled)")
-        exit_code = self._wait_container(process, log, self._signal_sessions)
+        exit_code = self._wait_container(process, log)
         mark_exited(self.log_path(name))
         with self.lock:
             self.processes.pop(name, None)
@@ -191,9 +191,7 @@ class PodRun:
                                           "containerID": f"kt2t-local://{process.pid}"}}
         return exit_code
 
-    @staticmethod
-    def _wait_container(process: subprocess.Popen[bytes], log: CriLogWriter,
-                        signal_sessions: Callable[[list[int], signal.Signals], None]) -> int:
+    def _wait_container(self, process: subprocess.Popen[bytes], log: CriLogWriter) -> int:
         """Copies the output into the log until the main process exits; its exit code (128+signal)."""
         readers = [threading.Thread(target=log.pump, args=(pipe, stream), daemon=True)
                    for pipe, stream in ((process.stdout, "stdout"), (process.stderr, "stderr"))]
@@ -202,7 +200,7 @@ class PodRun:
         code = process.wait()
         # The container ends with its main process: the rest of it goes too (a runtime kills the
         # container's pid namespace), so no orphan outlives the pod.
-        signal_sessions([process.pid], signal.SIGKILL)
+        self._signal_sessions([process.pid], signal.SIGKILL)
         for reader in readers:
             reader.join(timeout=10)
         log.close()
