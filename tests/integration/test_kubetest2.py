@@ -16,7 +16,7 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from .conftest import REPO, LocalCluster
+from .conftest import DEFAULT_CANNED_LOG, INJECT, REPO, LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +29,14 @@ def kt2t_bin() -> Path:
     return Path(out.stdout.strip())
 
 
-CANNED_DEFAULT = "kubetest2-training.local/canned-log=bert-mpirun-32ranks"
+CANNED = f"{INJECT}canned-log"
+CANNED_DEFAULT = f"{CANNED}={DEFAULT_CANNED_LOG}"
 
 
 def canned_by_default(pod_annotations: str) -> str:
     """These tests' pods are canned (the names say so): POD_ANNOTATIONS gets the canned log
     `bert-mpirun-32ranks` unless it names one or injects a failure (which is canned anyway)."""
-    if "kubetest2-training.local/canned-log" in pod_annotations or "kubetest2-training.local/fail=" in pod_annotations:
+    if CANNED in pod_annotations or f"{INJECT}fail=" in pod_annotations:
         return pod_annotations
     return ",".join(a for a in (pod_annotations, CANNED_DEFAULT) if a)
 
@@ -112,8 +113,7 @@ def test_mpi_launcher_canned_logs(cluster: LocalCluster, tmp_path: Path):
 def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
     done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
-                     env={"POD_ANNOTATIONS": "kubetest2-training.local/fail=exit-code,"
-                                             "kubetest2-training.local/exit-code=7"})
+                     env={"POD_ANNOTATIONS": f"{INJECT}fail=exit-code,{INJECT}exit-code=7"})
     assert done.returncode != 0
     case = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"]
     (failure,) = case.result
@@ -135,8 +135,6 @@ def test_bad_configuration_through_kubetest2_exits_non_zero_with_junit(cluster: 
 
 
 # ---- GPU-shaped nodes: canned logs stand in for what GPUs print ---------------------------------
-
-CANNED = "kubetest2-training.local/canned-log"
 
 
 def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
