@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,11 +30,23 @@ class TestCase:
 
 @dataclass(frozen=True)
 class Suite:
-    """A test binary: its name (also the JUnit file's), a summary and its test cases."""
+    """A test binary: its name (also the JUnit file's), a summary and its test cases, registered
+    in order with the `@SUITE.test("TestX")` decorator."""
 
     binary: str
     summary: str
-    tests: tuple[TestCase, ...]
+    tests: list[TestCase] = field(default_factory=list)
+
+    def test(self, name: str, *, needs_cluster: bool = True) -> Callable[[TestFunc], TestFunc]:
+        """Register a test function under its Go-style name (a decorator)."""
+
+        def register(func: TestFunc) -> TestFunc:
+            if any(test.name == name for test in self.tests):
+                raise ValueError(f"suite {self.binary}: two tests named {name}")
+            self.tests.append(TestCase(name, func, needs_cluster))
+            return func
+
+        return register
 
     def usage(self) -> str:
         return usage(self.binary, self.summary, [t.name for t in self.tests])

@@ -14,11 +14,23 @@ import queue
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from harness.cluster import Cluster, WatchExpired, abort_stream, describe_api_error, is_transient, stream_lines
+from harness.cluster import (
+    Cluster,
+    WatchExpired,
+    WatchStream,
+    abort_stream,
+    describe_api_error,
+    is_transient,
+    stream_lines,
+)
 from harness.errors import ClusterError
 from harness.pods import conditions_text, describe_pod
 from harness.resources import POD, Obj, Resource
+
+if TYPE_CHECKING:
+    import urllib3
 
 log = logging.getLogger(__name__)
 
@@ -172,14 +184,26 @@ class ChangeCursor:
         return keys, fresh
 
 
-class _ResourceStream(threading.Thread):
+class _Stream(threading.Thread):
+    """A thread reading one source into the shared queue until `stop` is set or `close()` is called."""
+
+    def __init__(self, cluster: Cluster, events: queue.Queue[Event], stop: threading.Event, name: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.cluster, self.events, self.stop = cluster, events, stop
+
+    def close(self) -> None:
+        """End a read blocked in this thread (called from the waiting thread)."""
+        raise NotImplementedError
+
+
+class _ResourceStream(_Stream):
     """List + watch one Watched, feeding (SYNC | event type | ERROR, source, payload) to a queue."""
 
     def __init__(self, cluster: Cluster, watched: Watched, events: queue.Queue[Event],
                  stop: threading.Event) -> None:
-        super().__init__(daemon=True, name=f"watch-{watched.resource.plural}")
-        self.cluster, self.watched, self.events, self.stop = cluster, watched, events, stop
-        self.stream = None
+        super().__init__(cluster, events, stop, f"watch-{watched.resource.plural}")
+        self.watched = watched
+        self.stream: WatchStream | None = None
 
     def run(self) -> None:
         backoff = 0.2
@@ -217,14 +241,14 @@ class _ResourceStream(threading.Thread):
             self.stream.close()
 
 
-class _LogStream(threading.Thread):
+class _LogStream(_Stream):
     """Follow one pod's log, feeding each line matching the pattern, then LOG_END, to a queue."""
 
     def __init__(self, cluster: Cluster, followed: FollowedLog, events: queue.Queue[Event],
                  stop: threading.Event) -> None:
-        super().__init__(daemon=True, name=f"follow-{followed.pod}")
-        self.cluster, self.followed, self.events, self.stop = cluster, followed, events, stop
-        self.response = None
+        super().__init__(cluster, events, stop, f"follow-{followed.pod}")
+        self.followed = followed
+        self.response: urllib3.BaseHTTPResponse | None = None
 
     def run(self) -> None:
         f = self.followed

@@ -10,7 +10,7 @@ from harness.launchers import LAUNCHERS, Workload
 from harness.logs import CapturedLog
 from harness.metrics import read_lines
 from harness.runner import main as run_suite
-from harness.suite import Suite, TestCase
+from harness.suite import Suite
 from harness.testing import TestContext
 from harness.training_job import launch, require_launcher
 from harness.verdict import (
@@ -29,6 +29,9 @@ NCCL_TESTS_BINARY = "/opt/nccl-tests/build/all_reduce_perf"
 # A line of `nvidia-smi -L`: one per GPU the pod sees.
 GPU_LINE = re.compile(r"^GPU \d+: ")
 
+SUITE = Suite("e2e-nvidia", "GPU and interconnect checks: all-reduce bandwidth through torch.distributed and "
+              "nccl-tests, and the GPUs every node advertises are usable from pods.")
+
 
 def busbw_floor(t: TestContext) -> Threshold:
     """NCCL_TESTS_MIN_BW, else the node type's table row; recorded as a JUnit property."""
@@ -37,6 +40,7 @@ def busbw_floor(t: TestContext) -> Threshold:
     return floor
 
 
+@SUITE.test("TestNCCLAllReduce")
 def test_nccl_allreduce(t: TestContext) -> None:
     """torch.distributed all-reduce sweep across all nodes and GPUs; bus bandwidth checked."""
     size = "tiny" if t.cfg.accelerator == "cpu" else "default"
@@ -81,6 +85,7 @@ def nccl_tests(t: TestContext, nodes: int) -> None:
         t.property("efa.gdrdma", "true")
 
 
+@SUITE.test("TestNCCLTests")
 def test_nccl_tests(t: TestContext) -> None:
     """nccl-tests all_reduce_perf on one node and across all nodes (subtests like upstream)."""
     if t.cfg.accelerator == "cpu":
@@ -101,6 +106,7 @@ def gpus_listed(log: CapturedLog) -> int:
     return sum(1 for line in read_lines(log.path) if GPU_LINE.match(line))
 
 
+@SUITE.test("TestGPUCapacity")
 def test_gpu_capacity(t: TestContext) -> None:
     """Every node advertises the expected GPUs, and a pod on each node sees them all."""
     if t.cfg.accelerator == "cpu":
@@ -114,18 +120,6 @@ def test_gpu_capacity(t: TestContext) -> None:
     for _, node, count in seen:
         t.property(f"node.{node}.gpus_seen", count)
     check_gpus_seen(seen, expected)
-
-
-SUITE = Suite(
-    binary="e2e-nvidia",
-    summary="GPU and interconnect checks: all-reduce bandwidth through torch.distributed and "
-            "nccl-tests, and the GPUs every node advertises are usable from pods.",
-    tests=(
-        TestCase("TestNCCLAllReduce", test_nccl_allreduce),
-        TestCase("TestNCCLTests", test_nccl_tests),
-        TestCase("TestGPUCapacity", test_gpu_capacity),
-    ),
-)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from harness.launchers import Workload
 from harness.metrics import WorkloadMetrics
 from harness.resources import POD
 from harness.runner import main as run_suite
-from harness.suite import Suite, TestCase
+from harness.suite import Suite
 from harness.testing import TestContext
 from harness.training_job import TrainingJob, launch
 from harness.verdict import (
@@ -22,6 +22,9 @@ from harness.verdict import (
     check_stragglers,
     threshold,
 )
+
+SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluster: each test launches a workload "
+              "across the configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.")
 
 # Each workload's size names for WORKLOAD_SIZE tiny / base / large.
 SIZES = {
@@ -47,6 +50,7 @@ def assess_training(t: TestContext, job: TrainingJob, throughput_key: str, unit:
     return metrics
 
 
+@SUITE.test("TestBertTraining")
 def test_bert_training(t: TestContext) -> None:
     """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank."""
     job = launch(t, Workload("bert-training", "workloads.bert", ("--size", workload_size(t.cfg, "bert"))))
@@ -57,6 +61,7 @@ def test_bert_training(t: TestContext) -> None:
     check_minimum(metrics, "throughput", minimum.value, "samples/s", minimum.source)
 
 
+@SUITE.test("TestNanoGPTTraining")
 def test_nanogpt_training(t: TestContext) -> None:
     """A GPT (nanoGPT-style) with DDP and gradient accumulation; MFU reported where the GPU is known."""
     # torch.compile pays off on GPUs (fused kernels, MFU); on CPU it only adds compile time.
@@ -67,6 +72,7 @@ def test_nanogpt_training(t: TestContext) -> None:
     assess_training(t, job, "tokens_per_s", "tokens/s")
 
 
+@SUITE.test("TestMNISTTraining")
 def test_mnist_training(t: TestContext) -> None:
     """The SMDDP MNIST CNN with Lightning's DDPStrategy (nccl on GPU, gloo on CPU)."""
     job = launch(t, Workload("mnist-training", "workloads.mnist", ("--size", workload_size(t.cfg, "mnist"))))
@@ -79,6 +85,7 @@ CHECKPOINT_EVERY = 5
 CHECKPOINT_LINE = re.compile(r"saved checkpoint at step (\d+)")
 
 
+@SUITE.test("TestElasticRecovery")
 def test_elastic_recovery(t: TestContext) -> None:
     """Elastic torchrun: a worker pod is deleted mid-training; the job resumes from its checkpoint."""
     if t.topology.node_count < 2:
@@ -109,19 +116,6 @@ def test_elastic_recovery(t: TestContext) -> None:
         raise TestFailure(f"elastic: the job finished without resuming from a checkpoint (restart count "
                           f"{restarts}, resumed_from_step {resumed}); expected a restart that resumes "
                           f"from step >= {CHECKPOINT_EVERY}")
-
-
-SUITE = Suite(
-    binary="e2e-nvidia-training",
-    summary="Multi-node training on a Kubernetes cluster: each test launches a workload across the "
-            "configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.",
-    tests=(
-        TestCase("TestBertTraining", test_bert_training),
-        TestCase("TestNanoGPTTraining", test_nanogpt_training),
-        TestCase("TestMNISTTraining", test_mnist_training),
-        TestCase("TestElasticRecovery", test_elastic_recovery),
-    ),
-)
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ def test_selector_levels():
 
 
 def test_selector_picks_the_suites_tests_and_list_filters_names():
-    suite = Suite("b", "s", (TestCase("TestA", lambda t: None), TestCase("TestB", lambda t: None)))
+    suite = Suite("b", "s", [TestCase("TestA", lambda t: None), TestCase("TestB", lambda t: None)])
     assert [t.name for t in Selector((re.compile("B"),)).select(suite)] == ["TestB"]
     assert [t.name for t in Selector(skip_features=re.compile("A")).select(suite)] == ["TestB"]
     assert listed(suite, "Test") == ["TestA", "TestB"]

@@ -11,7 +11,7 @@ import pytest
 
 from harness.errors import TestFailure
 from harness.runner import EXIT_FAIL, EXIT_PASS, main
-from harness.suite import Suite, TestCase
+from harness.suite import Suite
 from harness.testing import TestContext
 
 
@@ -39,8 +39,10 @@ def loses_the_artifacts_folder(t: TestContext) -> None:
 
 
 def suite_of(*funcs) -> Suite:
-    return Suite("unit-suite", "in-process tests", tuple(TestCase(f"Test{f.__name__.title()}", f, needs_cluster=False)
-                                                          for f in funcs))
+    suite = Suite("unit-suite", "in-process tests")
+    for func in funcs:
+        suite.test(f"Test{func.__name__.title()}", needs_cluster=False)(func)
+    return suite
 
 
 def run(suite: Suite, tmp_path, monkeypatch, *args: str) -> int:
@@ -72,3 +74,9 @@ def test_a_junit_that_cannot_be_written_at_the_end_fails_the_run(tmp_path, monke
     assert out.splitlines()[-1] == "FAIL"
     assert "--- PASS: TestLoses_The_Artifacts_Folder" in out  # every test passed ...
     assert f"cannot write JUnit to {tmp_path / 'artifacts'}" in err  # ... but the report is lost
+
+
+def test_two_tests_of_one_name_are_refused():
+    suite = suite_of(passes)
+    with pytest.raises(ValueError, match="two tests named TestPasses"):
+        suite.test("TestPasses")(fails)
