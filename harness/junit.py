@@ -7,14 +7,14 @@ Every string goes through `xml_safe` first, so the file is well-formed whatever 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from junit_xml import TestCase, TestSuite
-
 from harness.artifacts import write_atomically
+
+# junit_xml and ElementTree are imported where they are used, like yaml (harness/manifests.py):
+# `--help` and `--test.list` write no JUnit.
 
 # XML 1.0 allows tab, LF, CR and these ranges; everything else (NUL, other C0 controls, lone
 # surrogates, U+FFFE/FFFF) makes the file unparseable.
@@ -56,6 +56,10 @@ class CaseResult:
 def write_junit(path: Path, suite_name: str, results: list[CaseResult],
                 suite_properties: dict[str, str]) -> None:
     """Write `<testsuites><testsuite name=suite_name>` atomically (never a half-written file)."""
+    import xml.etree.ElementTree as ET
+
+    from junit_xml import TestCase, TestSuite
+
     if path.name == RESERVED_JUNIT:
         raise ValueError(f"write junit: {RESERVED_JUNIT} belongs to kubetest2")
     cases = []
@@ -91,6 +95,8 @@ SUMMARY_METRICS = ("throughput", "tokens_per_s", "samples_per_s", "busbw_avg", "
 
 def summarize(path: Path) -> str:
     """A short human summary of a JUnit file: each test's verdict, time, key metrics, reason."""
+    import xml.etree.ElementTree as ET
+
     root = ET.parse(path).getroot()
     lines = []
     for suite in root.iter("testsuite"):

@@ -18,8 +18,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.errors import RenderError
 from harness.labels import MANAGED_BY, MANAGED_BY_LABEL
 from harness.redaction import redact_secrets
@@ -85,8 +83,14 @@ def render_text(name: str, text: str, fields: Mapping[str, Any]) -> str:
     return PLACEHOLDER.sub(substitute, text)
 
 
+# yaml is imported where it is used: it is a tenth of `--help`'s time (bench/harness_costs.py startup),
+# and kubetest2 asks every tester for `--help` before each run.
+
+
 def dump_objects(objects: list[Obj]) -> str:
     """Objects as multi-document YAML for the artifacts, secret-looking values redacted."""
+    import yaml
+
     return yaml.safe_dump_all([redact_secrets(obj) for obj in objects], sort_keys=False)
 
 
@@ -98,6 +102,8 @@ def save(folder: Path, name: str, objects: list[Obj]) -> None:
 
 def render(name: str, fields: Mapping[str, Any]) -> list[Obj]:
     """Render a template into objects, each carrying the managed-by label."""
+    import yaml
+
     text = render_text(name, template_text(name), fields)
     try:
         objects = [doc for doc in yaml.safe_load_all(text) if doc]

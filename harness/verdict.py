@@ -14,8 +14,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from harness.errors import TestFailure, ThresholdMissed
 from harness.metrics import RankMetrics, WorkloadMetrics
 from harness.topology import GPU_RESOURCE, NodeInfo
@@ -33,6 +31,8 @@ class NodeTypeThresholds:
 
 @cache
 def _table() -> dict[str, dict[str, Any]]:
+    import yaml  # not at import: see harness/manifests.py
+
     return yaml.safe_load(resources.files("harness").joinpath("thresholds.yaml").read_text()) or {}
 
 
