@@ -11,6 +11,7 @@ from harness.cluster import Cluster
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
 from harness.errors import ConfigError, JobFailed
+from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
 from harness.logs import CapturedLog, capture_pod_logs, last_lines
@@ -144,7 +145,7 @@ class TrainingJob:
         """Logs first (on every path), then events and, on failure, the objects; then delete."""
         self.capture_logs()
         self._save_events()
-        if self.t.result.outcome.value != "PASS":
+        if self.t.result.outcome is not Outcome.PASS:
             self._save_objects()
         if not self.t.cfg.keep_resources:
             for name in self.launcher.owners(self.workload, self.placement):

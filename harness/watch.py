@@ -14,7 +14,7 @@ import queue
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.cluster import (
     Cluster,
@@ -58,8 +58,9 @@ class FollowedLog:
 
 
 Source = Watched | FollowedLog
-# What a stream thread puts on the queue: (event type, the source, the payload).
-Event = tuple[str, Source, object]
+# What a stream thread puts on the queue: (event type, the source, the payload: a listing's items,
+# an object, a log line, or an error's text, by event type).
+Event = tuple[str, Source, Any]
 SYNC, ERROR, LOG_LINE, LOG_END = "SYNC", "ERROR", "LOG_LINE", "LOG_END"
 
 
@@ -93,9 +94,9 @@ class ClusterState:
             else:
                 self._log_lines.setdefault(source, []).append(str(payload))
         elif event_type == SYNC:
-            self.replace_all(source.resource.kind, payload)  # type: ignore[arg-type]
+            self.replace_all(source.resource.kind, payload)
         else:
-            self.update(source.resource.kind, event_type, payload)  # type: ignore[arg-type]
+            self.update(source.resource.kind, event_type, payload)
 
     def update(self, kind: str, event_type: str, obj: Obj) -> None:
         meta = obj.get("metadata", {})
