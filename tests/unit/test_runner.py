@@ -10,6 +10,7 @@ import junitparser
 import pytest
 
 from harness.errors import TestFailure
+from harness.metrics import combine, scan_lines
 from harness.runner import EXIT_FAIL, EXIT_PASS, main
 from harness.suite import Suite
 from harness.testing import TestContext
@@ -30,6 +31,10 @@ def passes(t: TestContext) -> None:
 
 def fails(_t: TestContext) -> None:
     raise TestFailure("the cluster misbehaved")
+
+
+def reads_a_log_without_metrics(_t: TestContext) -> None:
+    combine([scan_lines(["epoch 1 done", "bye"], "bert-training-0")])
 
 
 def loses_the_artifacts_folder(t: TestContext) -> None:
@@ -80,3 +85,13 @@ def test_two_tests_of_one_name_are_refused():
     suite = suite_of(passes)
     with pytest.raises(ValueError, match="two tests named TestPasses"):
         suite.test("TestPasses")(fails)
+
+
+def test_a_log_without_metrics_is_a_named_error_not_a_traceback(tmp_path, monkeypatch):
+    assert run(suite_of(reads_a_log_without_metrics), tmp_path, monkeypatch) == EXIT_FAIL
+    xml = junitparser.JUnitXml.fromfile(str(tmp_path / "artifacts" / "junit_unit-suite.xml"))
+    (case,) = [c for suite in xml for c in suite]
+    (error,) = case.result
+    assert isinstance(error, junitparser.Error)
+    assert error.message == "UnrecognisedLog: parse metrics: no known metric format in bert-training-0"
+    assert "Traceback" not in (error.text or "")
