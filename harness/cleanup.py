@@ -13,9 +13,11 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from harness.cluster import MANAGED_BY, MANAGED_BY_LABEL, NAMESPACE, RUN_ID_LABEL, Cluster
-from harness.config import parse_duration
+from harness.cluster import Cluster
 from harness.errors import ClusterError
+from harness.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL
+from harness.parsers import parse_duration
+from harness.resources import NAMESPACE
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,20 +7,14 @@ Kept free of the kubernetes client (and of anything slow to import): kubetest2 r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from harness.config import E2E_FRAMEWORK, GO_TEST, SETTINGS, SETTINGS_BY_FLAG, Setting, format_value
+from harness.config import E2E_FRAMEWORK, GO_TEST, SETTINGS, SETTINGS_BY_FLAG, TRAINING, Setting, format_value
 from harness.errors import UsageError
 
 HELP_FLAGS = frozenset({"-h", "--h", "-help", "--help"})
 
-
-@dataclass
-class CommandLine:
-    """What argv said: the raw flag values by setting name (with how each flag was spelled)."""
-
-    flag_values: dict[str, tuple[str, str]]
-    help_requested: bool = False
+# What argv said: the raw value of each setting given as a flag, with how the flag was spelled.
+FlagValues = dict[str, tuple[str, str]]
 
 
 def wants_help(argv: Sequence[str]) -> bool:
@@ -33,11 +27,9 @@ def wants_help(argv: Sequence[str]) -> bool:
     return False
 
 
-def parse_args(argv: Sequence[str], extra_flags: Sequence[Setting] = ()) -> CommandLine:
+def parse_args(argv: Sequence[str]) -> FlagValues:
     """Parse argv; an unknown flag or a stray positional argument is a UsageError."""
-    known = dict(SETTINGS_BY_FLAG)
-    known.update({flag: s for s in extra_flags for flag in s.flags})
-    values: dict[str, tuple[str, str]] = {}
+    values: FlagValues = {}
     args = list(argv)
     i = 0
     while i < len(args):
@@ -47,12 +39,10 @@ def parse_args(argv: Sequence[str], extra_flags: Sequence[Setting] = ()) -> Comm
             if i < len(args):
                 raise UsageError(f"unexpected argument {args[i]!r} after --: this binary takes flags only")
             break
-        if arg in HELP_FLAGS:
-            return CommandLine(values, help_requested=True)
         if not arg.startswith("-") or arg in ("-", "---"):
             raise UsageError(f"unexpected argument {arg!r}: this binary takes flags only (see --help)")
         name, has_value, value = arg.lstrip("-").partition("=")
-        setting = known.get(name)
+        setting = SETTINGS_BY_FLAG.get(name)
         if setting is None:
             raise UsageError(f"flag provided but not defined: -{name} (see --help for the flags)")
         if not has_value:
@@ -64,27 +54,35 @@ def parse_args(argv: Sequence[str], extra_flags: Sequence[Setting] = ()) -> Comm
             else:
                 raise UsageError(f"flag needs an argument: -{name}")
         values[setting.name] = (value, f"-{name}" if arg.count("-", 0, 2) == 1 else f"--{name}")
-    return CommandLine(values)
+    return values
 
 
-def usage(binary: str, summary: str, tests: Sequence[str], extra_flags: Sequence[Setting] = ()) -> str:
-    """The usage text, generated from the settings table."""
+GROUP_TITLES = {GO_TEST: "Go test flags (-x v, -x=v and --x=v all work)",
+                TRAINING: "Configuration (flag > env > discovered from the cluster > default)",
+                E2E_FRAMEWORK: E2E_FRAMEWORK}
+
+
+def _describe(setting: Setting) -> list[str]:
+    """A setting's two usage lines: how it is spelled, then its help, default and expected form."""
+    spelled = [f"--{f}" for f in setting.flags] + ([f"${setting.env}"] if setting.env else [])
+    if setting.default not in (None, "", {}):
+        default = f" (default {format_value(setting, setting.default)})"
+    elif setting.default_factory is not None:
+        default = f" (default {setting.default_origin})"
+    else:
+        default = ""
+    return [f"  {', '.join(spelled)}", f"        {setting.help}{default}; {setting.expected}"]
+
+
+def usage(binary: str, summary: str, tests: Sequence[str]) -> str:
+    """The usage text, generated from the settings."""
     lines = [f"Usage: {binary} [flags]", "", summary, "", "Tests:"]
     lines += [f"  {name}" for name in tests]
-    groups: dict[str, list[Setting]] = {}
-    for setting in (*SETTINGS, *extra_flags):
-        groups.setdefault(setting.group, []).append(setting)
-    titles = {GO_TEST: "Go test flags (-x v, -x=v and --x=v all work)",
-              "config": "Configuration (flag > env > discovered from the cluster > default)",
-              E2E_FRAMEWORK: E2E_FRAMEWORK}
-    for group, settings in groups.items():
-        lines += ["", titles.get(group, group) + ":"]
-        for setting in settings:
-            spelled = [f"--{f}" for f in setting.flags] + ([f"${setting.env}"] if setting.env else [])
-            default = ("" if setting.default in (None, "", {})
-                       else f" (default {format_value(setting, setting.default)})")
-            lines.append(f"  {', '.join(spelled)}")
-            lines.append(f"        {setting.help}{default}; {setting.expected}")
+    for group, title in GROUP_TITLES.items():
+        lines += ["", title + ":"]
+        for setting in SETTINGS:
+            if setting.group == group:
+                lines += _describe(setting)
     lines += ["", "Exit status: 0 all tests passed or skipped, 1 a test failed, 2 usage or "
               "configuration error (nothing created in the cluster).",
               "Artifacts: $ARTIFACTS/junit_<binary>.xml and $ARTIFACTS/<binary>/<Test>/ (logs, "

@@ -1,10 +1,8 @@
 """Cluster operations on the kubernetes client: apply, get, list, watch, delete, namespaces.
 
-Objects are plain dicts (JSON as the API server sends it): the client's typed models cost more
-to deserialize than everything else the harness does, and dicts serve custom resources too.
-Requests go through the client's ApiClient and REST client, so authentication and TLS come from the
-kubeconfig.
-Transient failures (connection errors, 429, 5xx) are retried with backoff.
+Requests go through the client's ApiClient and REST client, so authentication and TLS come from
+the kubeconfig; objects are plain dicts (harness.resources). Transient failures (connection
+errors, 429, 5xx) are retried with backoff.
 """
 
 from __future__ import annotations
@@ -15,10 +13,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.errors import ClusterError
+from harness.errors import ApiError, ClusterError
+from harness.resources import KNOWN_RESOURCES, Obj, Resource
 
 if TYPE_CHECKING:
     import urllib3
@@ -26,96 +24,22 @@ if TYPE_CHECKING:
 
 # The kubernetes client is imported when a Cluster connects, not at import: it takes ~0.15 s to
 # load, and `--help` / `--test.list` (probed by kubetest2 before every run) must not pay for it.
-# urllib3 likewise (~0.05 s, a quarter of `--help`'s time; bench/harness.py startup): the
+# urllib3 likewise (~0.05 s, a quarter of `--help`'s time; bench/harness_costs.py startup): the
 # functions below import it, by then the kubernetes client has loaded it.
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "kubetest2-training"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "kubetest2-training"
-RUN_ID_LABEL = "kubetest2-training/run-id"
-TEST_LABEL = "kubetest2-training/test"
-
-Obj = dict[str, Any]
 T = TypeVar("T")
 
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-# Long enough to ride out an API server restart (issue: "the wait resumes").
+# Long enough to ride out an API server restart (the wait resumes once it answers again).
 RETRY_BUDGET_SECONDS = 90.0
+# At start: an unreachable API server is a configuration error within seconds.
+CONNECT_RETRY_SECONDS = 5.0
 CONNECT_TIMEOUT = 5.0
 REQUEST_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the API."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool
-
-    def collection_path(self, namespace: str | None) -> str:
-        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        if self.namespaced:
-            if namespace is None:
-                return f"{prefix}/{self.plural}"  # across all namespaces
-            return f"{prefix}/namespaces/{namespace}/{self.plural}"
-        return f"{prefix}/{self.plural}"
-
-    def object_path(self, name: str, namespace: str | None) -> str:
-        return f"{self.collection_path(namespace)}/{name}"
-
-
-# The kinds the suites use; anything else is looked up through API discovery.
-KNOWN_RESOURCES = {
-    (r.api_version, r.kind): r
-    for r in (
-        Resource("v1", "Namespace", "namespaces", False),
-        Resource("v1", "Node", "nodes", False),
-        Resource("v1", "Pod", "pods", True),
-        Resource("v1", "Service", "services", True),
-        Resource("v1", "ConfigMap", "configmaps", True),
-        Resource("v1", "Secret", "secrets", True),
-        Resource("v1", "ServiceAccount", "serviceaccounts", True),
-        Resource("v1", "Event", "events", True),
-        Resource("batch/v1", "Job", "jobs", True),
-        Resource("apps/v1", "DaemonSet", "daemonsets", True),
-        Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs", True),
-        Resource("rbac.authorization.k8s.io/v1", "Role", "roles", True),
-        Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
-        Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
-        Resource("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
-    )
-}
-POD = KNOWN_RESOURCES[("v1", "Pod")]
-NODE = KNOWN_RESOURCES[("v1", "Node")]
-JOB = KNOWN_RESOURCES[("batch/v1", "Job")]
-NAMESPACE = KNOWN_RESOURCES[("v1", "Namespace")]
-EVENT = KNOWN_RESOURCES[("v1", "Event")]
-MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
-
-
-class ApiError(Exception):
-    """The API server answered with an error status (4xx/5xx)."""
-
-    def __init__(self, status: int, reason: str, body: bytes | str | None) -> None:
-        super().__init__(f"HTTP {status} {reason}")
-        self.status = status
-        self.reason = reason
-        self.body = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
-
-    @property
-    def message(self) -> str:
-        try:
-            return json.loads(self.body).get("message") or self.reason
-        except (ValueError, AttributeError):
-            return self.reason
-
-
-def api_status(exc: BaseException) -> int | None:
-    return exc.status if isinstance(exc, ApiError) else None
+STREAM_CHUNK_BYTES = 64 * 1024
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -143,11 +67,12 @@ class Cluster:
     """One API server, reached with a kubeconfig."""
 
     def __init__(self, api_client: k8s_client.ApiClient, retry_budget: float = RETRY_BUDGET_SECONDS,
-                 cancelled: threading.Event | None = None) -> None:
+                 cancelled: threading.Event | None = None, kubeconfig: str | None = None) -> None:
         self.api = api_client
         self.retry_budget = retry_budget
         # Set when the run is cancelled: retries stop waiting at once.
         self.cancelled = cancelled or threading.Event()
+        self.kubeconfig = kubeconfig
         self._discovered: dict[tuple[str, str], Resource] = {}
         self.request_count = 0
 
@@ -164,11 +89,26 @@ class Cluster:
         # Enough connections for parallel log capture of large jobs.
         api_client.configuration.connection_pool_maxsize = 64
         api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 64
-        return cls(api_client, retry_budget, cancelled)
+        return cls(api_client, retry_budget, cancelled, kubeconfig)
+
+    def server_version(self) -> str:
+        """The API server's gitVersion (GET /version); an unreachable server is a ClusterError
+        naming its address and the kubeconfig."""
+        try:
+            version = self.request("GET", "/version", operation="contact the API server")
+        except ClusterError as exc:
+            raise ClusterError(f"contact the API server at {self.api.configuration.host} "
+                               f"(kubeconfig {self.kubeconfig or '~/.kube/config'}): {exc}") from None
+        except Exception as exc:  # a body that is not JSON, and the like
+            raise ClusterError(f"contact the API server: {exc}") from None
+        return str(version.get("gitVersion", "?"))
 
     # -- raw requests ----------------------------------------------------------------------------
 
     def _retrying(self, operation: str, call: Callable[[], T], budget: float | None = None) -> T:
+        # Not urllib3's Retry (the client's own): it counts attempts and sleeps uninterruptibly,
+        # while riding out an API server restart needs a wall-clock budget and a cancelled run
+        # (SIGTERM) must stop waiting at once.
         deadline = time.monotonic() + (self.retry_budget if budget is None else budget)
         delay = 0.2
         while True:
@@ -308,32 +248,9 @@ class Cluster:
                                     operation=f"watch {resource.plural}")
         return WatchStream(response, resource)
 
-    # -- namespaces ------------------------------------------------------------------------------
-
     def ensure_namespace(self, name: str, labels: dict[str, str]) -> None:
         self.apply({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": name, "labels": labels}})
-
-    def wait_deleted(self, resource: Resource, name: str, namespace: str | None,
-                     timeout: float) -> bool:
-        """Wait (watching) until an object is gone; False if it is still there at the timeout."""
-        deadline = time.monotonic() + timeout
-        selector = f"metadata.name={name}"
-        while time.monotonic() < deadline and not self.cancelled.is_set():
-            listing = self.list(resource, namespace, field_selector=selector)
-            if not listing.get("items"):
-                return True
-            remaining = max(1, int(deadline - time.monotonic()))
-            stream = self.watch(resource, namespace, listing["metadata"]["resourceVersion"],
-                                field_selector=selector, timeout_seconds=min(remaining, 60))
-            try:
-                if any(kind == "DELETED" for kind, _ in stream):
-                    return True
-            except WatchExpired:
-                continue
-            finally:
-                stream.close()
-        return self.get(resource, name, namespace) is None
 
 
 class WatchExpired(Exception):
@@ -352,7 +269,9 @@ class WatchStream:
         import urllib3
 
         try:
-            for line in _lines(self._response):
+            for line in stream_lines(self._response):
+                if not line.strip():
+                    continue
                 event = json.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object", {})
@@ -367,22 +286,27 @@ class WatchStream:
             self.close()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        # shutdown() unblocks a read in progress in another thread; then free the connection.
-        # RuntimeError, ValueError: the response was already released, or its socket is gone.
-        with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
-            self._response.shutdown()
-        self._response.release_conn()
+        if not self._closed:
+            self._closed = True
+            abort_stream(self._response)
 
 
-def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    """Split a chunked watch stream into lines without holding more than one line."""
+def stream_lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    """The lines of a streamed response (a watch, a followed log) as they arrive, without holding
+    more than one line; a last line without its newline is yielded too."""
     pending = b""
-    for chunk in response.stream(64 * 1024, decode_content=False):
+    for chunk in response.stream(STREAM_CHUNK_BYTES, decode_content=True):
         pending += chunk
         *complete, pending = pending.split(b"\n")
-        yield from (line for line in complete if line.strip())
-    if pending.strip():
+        yield from complete
+    if pending:
         yield pending
+
+
+def abort_stream(response: urllib3.BaseHTTPResponse) -> None:
+    """End a stream another thread may be blocked reading, and free its connection."""
+    # shutdown() unblocks a read in progress in another thread; then free the connection.
+    # RuntimeError, ValueError: the response was already released, or its socket is gone.
+    with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
+        response.shutdown()
+    response.release_conn()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 class HarnessError(Exception):
     """A failure of the harness or the infrastructure (reported as a JUnit <error>)."""
@@ -25,6 +27,28 @@ class RenderError(HarnessError):
 
 class ClusterError(HarnessError):
     """An API request failed for a reason retrying does not fix (forbidden, invalid, unreachable)."""
+
+
+class ApiError(ClusterError):
+    """The API server answered with an error status (4xx/5xx); `status` says which."""
+
+    def __init__(self, status: int, reason: str, body: bytes | str | None) -> None:
+        super().__init__(f"HTTP {status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+
+    @property
+    def message(self) -> str:
+        """The API server's own explanation (the Status object's message), else the HTTP reason."""
+        try:
+            return json.loads(self.body).get("message") or self.reason
+        except (ValueError, AttributeError):
+            return self.reason
+
+
+class UnrecognisedLog(HarnessError):
+    """A workload's logs hold no metric format the harness knows."""
 
 
 class TestFailure(Exception):

@@ -1,4 +1,4 @@
-"""JUnit XML for Prow/TestGrid ($ARTIFACTS/junit_<binary>.xml) and metadata.json.
+"""JUnit XML for Prow/TestGrid ($ARTIFACTS/junit_<binary>.xml); `python -m harness.junit FILE` summarizes one.
 
 Built with junit-xml, then per-testcase <properties> (config and metrics) are added to its tree.
 Every string goes through `xml_safe` first, so the file is well-formed whatever bytes the logs held.
@@ -6,16 +6,15 @@ Every string goes through `xml_safe` first, so the file is well-formed whatever 
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import tempfile
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from junit_xml import TestCase, TestSuite
+from harness.artifacts import write_atomically
+
+# junit_xml and ElementTree are imported where they are used, like yaml (harness/manifests.py):
+# `--help` and `--test.list` write no JUnit.
 
 # XML 1.0 allows tab, LF, CR and these ranges; everything else (NUL, other C0 controls, lone
 # surrogates, U+FFFE/FFFF) makes the file unparseable.
@@ -57,6 +56,10 @@ class CaseResult:
 def write_junit(path: Path, suite_name: str, results: list[CaseResult],
                 suite_properties: dict[str, str]) -> None:
     """Write `<testsuites><testsuite name=suite_name>` atomically (never a half-written file)."""
+    import xml.etree.ElementTree as ET
+
+    from junit_xml import TestCase, TestSuite
+
     if path.name == RESERVED_JUNIT:
         raise ValueError(f"write junit: {RESERVED_JUNIT} belongs to kubetest2")
     cases = []
@@ -83,40 +86,7 @@ def write_junit(path: Path, suite_name: str, results: list[CaseResult],
     root = ET.Element("testsuites")
     root.append(suite_element)
     ET.indent(root)
-    _atomic_write(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
-    """Add keys to $ARTIFACTS/metadata.json (a flat object of strings) without overwriting any.
-
-    An empty value counts as absent: kubetest2's exec tester writes "tester-version": "" (it is
-    built without a version), and the version of what really ran the tests is more useful.
-    """
-    path = artifacts / "metadata.json"
-    try:
-        existing = json.loads(path.read_text())
-        if not isinstance(existing, dict):
-            existing = {}
-    except (OSError, ValueError):
-        existing = {}
-    merged = dict(existing)
-    for key, value in entries.items():
-        if merged.get(key, "") == "":
-            merged[key] = value
-    if merged != existing:
-        _atomic_write(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode())
+    write_atomically(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 # Metrics shown in the end-of-run summary, when a test reported them.
@@ -125,6 +95,8 @@ SUMMARY_METRICS = ("throughput", "tokens_per_s", "samples_per_s", "busbw_avg", "
 
 def summarize(path: Path) -> str:
     """A short human summary of a JUnit file: each test's verdict, time, key metrics, reason."""
+    import xml.etree.ElementTree as ET
+
     root = ET.parse(path).getroot()
     lines = []
     for suite in root.iter("testsuite"):

@@ -8,23 +8,18 @@ naming pod, node and container.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue
-import re
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cluster import POD, Cluster, Obj, api_status, describe_api_error
-from harness.errors import ClusterError, Interrupted, JobFailed, WaitTimeout
-from harness.wait import node_of
+from harness.cluster import STREAM_CHUNK_BYTES, Cluster, describe_api_error
+from harness.errors import ApiError, ClusterError
+from harness.pods import node_of
+from harness.resources import POD, Obj
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 64 * 1024
 DEFAULT_WORKERS = 16
 HEADER_PREFIX = "=== "
 
@@ -103,14 +98,14 @@ def _stream_to_file(cluster: Cluster, namespace: str, target: CapturedLog) -> Ca
         except Exception as exc:
             # A container that never started has no log (400/404): say so in the file. Anything
             # else (403: the tester lacks pods/log) is an error the user must see.
-            if api_status(exc) not in (400, 404):
+            if not (isinstance(exc, ApiError) and exc.status in (400, 404)):
                 raise ClusterError(f"read log of pod {target.pod} container {target.container}: "
                                    f"{describe_api_error(exc)}") from None
             target.error = describe_api_error(exc)
             out.write(f"[no log: {target.error}]\n".encode())
             return target
         try:
-            for chunk in response.stream(CHUNK_BYTES, decode_content=True):
+            for chunk in response.stream(STREAM_CHUNK_BYTES, decode_content=True):
                 out.write(chunk)
                 target.size += len(chunk)
         finally:
@@ -149,52 +144,3 @@ def last_lines(captured: list[CapturedLog], pod: str, lines: int = 20) -> str:
             parts.append(f"last {len(tail)} lines of {entry.pod} ({entry.container}"
                          f"{', previous' if entry.previous else ''}):\n" + "\n".join(tail))
     return "\n".join(parts)
-
-
-def follow_until(cluster: Cluster, namespace: str, pod: str, pattern: re.Pattern[str], timeout: float,
-                 cancel: threading.Event, container: str | None = None) -> str:
-    """Follow a running pod's log until a line matches; return the line.
-
-    For "mid-training" moments (a checkpoint written) that only the workload's output shows.
-    Raises WaitTimeout after `timeout`, Interrupted when `cancel` is set.
-    """
-    query = {"follow": "true", **({"container": container} if container else {})}
-    response = cluster.open_stream(POD.object_path(pod, namespace) + "/log", query, read_timeout=timeout + 30,
-                                   operation=f"follow log of pod {pod}")
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def reader() -> None:
-        pending = b""
-        try:
-            for chunk in response.stream(CHUNK_BYTES, decode_content=True):
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                for line in complete:
-                    lines.put(line.decode("utf-8", errors="replace"))
-        except Exception:  # closed under us, or the pod went away: the waiter decides
-            log.debug("follow log of %s ended", pod, exc_info=True)
-        lines.put(None)
-
-    thread = threading.Thread(target=reader, daemon=True, name=f"follow-{pod}")
-    thread.start()
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            if cancel.is_set():
-                raise Interrupted(f"{getattr(cancel, 'reason', 'cancelled')} while following the log of {pod}")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise WaitTimeout(f"TIMEOUT: no line matching {pattern.pattern!r} in the log of {pod} "
-                                  f"within {timeout:.0f}s")
-            try:
-                line = lines.get(timeout=min(0.5, remaining))
-            except queue.Empty:
-                continue
-            if line is None:
-                raise JobFailed(f"the log of {pod} ended without a line matching {pattern.pattern!r}", pod)
-            if pattern.search(line):
-                return line
-    finally:
-        with contextlib.suppress(AttributeError, OSError, RuntimeError, ValueError):
-            response.shutdown()
-        response.release_conn()

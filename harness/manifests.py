@@ -1,5 +1,8 @@
 """Strict rendering of the YAML templates in manifests/ (`{{.Field}}` placeholders, Go style).
 
+Ours rather than Jinja or Go's text/template: upstream's manifests use `{{.Field}}`, and the
+whole grammar needed here is one placeholder inserted as JSON, strictly checked.
+
 A placeholder naming a field that is not declared is an "unknown field" error; a declared field
 without a value is a "missing field" error; both name the template. Values are inserted as JSON
 (strings quoted, lists and mappings as flow collections), which is valid YAML, so a value can
@@ -15,29 +18,26 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from harness.cluster import MANAGED_BY, MANAGED_BY_LABEL, Obj
-from harness.config import redact_secrets
 from harness.errors import RenderError
+from harness.labels import MANAGED_BY, MANAGED_BY_LABEL
+from harness.redaction import redact_secrets
+from harness.resources import Obj
 
 PLACEHOLDER = re.compile(r"\{\{\s*\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
-# Every field a template may use, with what it means. Upstream names where upstream has them.
+# Every field a template uses, with what it means; upstream's names where upstream has the same
+# field (WorkerReplicas, SlotsPerWorker, GPUPerNode). tests/unit/test_manifests.py checks that
+# every field here is used by some template.
 TEMPLATE_FIELDS: dict[str, str] = {
     "JobName": "name of the job and its headless Service",
     "Namespace": "the test's namespace",
-    "Labels": "labels of every object (managed-by, run id, test)",
+    "Labels": "labels of every object (managed-by, run id, test, job)",
     "PodAnnotations": "annotations of the workload pods",
-    "BertTrainingImage": "the training image (upstream name)",
-    "TrainingImage": "the training image",
-    "NCCLTestsImage": "the nccl-tests image",
+    "Image": "the image of the workload's containers",
     "WorkerReplicas": "worker pods (= nodes)",
-    "NP": "total processes (= nodes x processes per node)",
     "SlotsPerWorker": "processes per worker pod",
-    "GPUPerNode": "GPUs requested per worker pod",
-    "EFARequested": "EFA devices requested per worker pod",
-    "Resources": "the worker container's resources (requests and limits)",
+    "GPUPerNode": "GPUs requested by a pod pinned to a node",
+    "Resources": "the worker container's resources (requests and limits: GPUs and EFA, or CPUs)",
     "Env": "the worker container's environment",
     "Command": "the worker container's command",
     "Args": "the worker container's arguments",
@@ -46,9 +46,7 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "BackoffLimit": "pod failures the Job tolerates",
     "ActiveDeadlineSeconds": "the Job's deadline",
     "NodeSelector": "node selector of the workload pods",
-    "Tolerations": "tolerations of the workload pods",
-    "ServiceAccountName": "service account of the workload pods",
-    "NodeName": "node a single pod is pinned to",
+    "NodeName": "node a pod is pinned to",
 }
 
 MANIFESTS_PACKAGE = "manifests"
@@ -85,21 +83,32 @@ def render_text(name: str, text: str, fields: Mapping[str, Any]) -> str:
     return PLACEHOLDER.sub(substitute, text)
 
 
+# yaml is imported where it is used: it is a tenth of `--help`'s time (bench/harness_costs.py startup),
+# and kubetest2 asks every tester for `--help` before each run.
+
+
 def dump_objects(objects: list[Obj]) -> str:
     """Objects as multi-document YAML for the artifacts, secret-looking values redacted."""
+    import yaml
+
     return yaml.safe_dump_all([redact_secrets(obj) for obj in objects], sort_keys=False)
 
 
-def render(name: str, fields: Mapping[str, Any], save_to: Path | None = None) -> list[Obj]:
-    """Render a template into objects; save them (secrets redacted) under save_to/<name>."""
+def save(folder: Path, name: str, objects: list[Obj]) -> None:
+    """Rendered objects as the artifacts keep them: <folder>/<template name>, secrets redacted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(dump_objects(objects))
+
+
+def render(name: str, fields: Mapping[str, Any]) -> list[Obj]:
+    """Render a template into objects, each carrying the managed-by label."""
+    import yaml
+
     text = render_text(name, template_text(name), fields)
     try:
         objects = [doc for doc in yaml.safe_load_all(text) if doc]
     except yaml.YAMLError as exc:
         raise RenderError(f"render {name}: not valid YAML after rendering: {exc}") from None
-    if save_to is not None:
-        save_to.mkdir(parents=True, exist_ok=True)
-        (save_to / name).write_text(dump_objects(objects))
     for obj in objects:
         labels = obj.get("metadata", {}).get("labels") or {}
         if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:

@@ -1,6 +1,6 @@
 """Metrics parsed from workload logs; `python -m harness.metrics FILE...` prints them as JSON.
 
-Formats (REFERENCE.md sections 2 and 3):
+Formats (upstream aws-k8s-tester's BERT and nccl-tests runs, nanoGPT, and this project's workloads):
 - mpirun `--tag-output` prefixes `[1,<rank>]<stdout>:`; the rank in the tag wins over none.
 - upstream BERT: `Process N - Training time: X seconds`, `Process N - Throughput: Y samples/second`,
   `Average Throughput: Y samples/second` (rank 0; upstream prints rank 0's own value).
@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UnrecognisedLog
+
 MPI_TAG = re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?P<text>.*)$")
 BERT_TIME = re.compile(r"Process (?P<rank>\d+) - Training time: (?P<v>[\d.]+) seconds")
 BERT_THROUGHPUT = re.compile(r"Process (?P<rank>\d+) - Throughput: (?P<v>[\d.]+) samples/second")
@@ -39,10 +41,6 @@ NCCL_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<v>\d+)")
 METRICS_LINE = re.compile(r"KT2T_METRICS (?P<json>\{.*\})\s*$")
 
 MFU_SENTINEL = -100.0
-
-
-class UnrecognisedLog(ValueError):
-    """No known metric format in a log."""
 
 
 @dataclass

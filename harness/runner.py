@@ -1,53 +1,35 @@
-"""The Go-test-compatible runner: parse, resolve, discover, run tests, write JUnit, exit 0/1/2.
+"""The Go-test-compatible runner: parse, resolve, check ARTIFACTS, discover, run tests, write JUnit,
+exit 0/1/2.
 
 JUnit is written on every exit path: success, test failure, usage or configuration error,
--test.timeout, SIGTERM/SIGINT (kubetest2 forwards them). The first signal cancels the run: the
-running test stops waiting, captures logs and cleans up; a second one cuts cleanup short.
+-test.timeout, SIGTERM/SIGINT (kubetest2 forwards them); a JUnit that cannot be written fails
+the run. The first signal cancels the run: the running test stops waiting, captures logs and
+cleans up; a second one cuts cleanup short.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 from harness import __version__
+from harness.artifacts import add_metadata, ensure_writable
 from harness.cancel import CancelToken
-from harness.cli import parse_args, usage, wants_help
-from harness.config import Config, Source, format_duration, resolve
+from harness.cli import parse_args, wants_help
+from harness.config import Config, Origin, Resolved, Source, fallback_artifacts, properties, report_lines, resolve
 from harness.errors import ClusterError, ConfigError, HarnessError, UsageError
-from harness.junit import CaseResult, Outcome, add_metadata, write_junit
-from harness.testing import Output, Selector, Session, TestCase, TestContext
+from harness.junit import CaseResult, Outcome, write_junit
+from harness.parsers import format_duration
+from harness.suite import Selector, Suite, TestCase, listed
+from harness.testing import Output, Session, TestContext
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 METADATA = {"tester-version": f"kubetest2-training {__version__}", "kubetest2-training-version": __version__}
-
-
-@dataclass(frozen=True)
-class Suite:
-    """A test binary: its name (also the JUnit file's), a summary and its test cases."""
-
-    binary: str
-    summary: str
-    tests: tuple[TestCase, ...]
-
-    def usage(self) -> str:
-        return usage(self.binary, self.summary, [t.name for t in self.tests])
-
-    def junit_path(self, artifacts: Path) -> Path:
-        return artifacts / f"junit_{self.binary}.xml"
-
-
-def _fallback_artifacts() -> Path:
-    """Where to write JUnit when the configuration itself could not be resolved."""
-    return Path(os.environ.get("ARTIFACTS") or "_artifacts").absolute()
 
 
 def main(suite: Suite, argv: Sequence[str] | None = None) -> int:
@@ -59,31 +41,40 @@ def main(suite: Suite, argv: Sequence[str] | None = None) -> int:
         return EXIT_PASS
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        command_line = parse_args(args)
-        cfg = resolve(command_line.flag_values)
+        cfg = resolve(parse_args(args))
     except (UsageError, ConfigError) as exc:
-        return _setup_error(suite, _fallback_artifacts(), exc)
+        return setup_error(suite, fallback_artifacts(), exc)
     if cfg.test_list is not None:
-        pattern = re.compile(cfg.test_list)
-        for test in suite.tests:
-            if pattern.search(test.name):
-                print(test.name)
+        for name in listed(suite, cfg.test_list):
+            print(name)
         return EXIT_PASS
+    artifacts = Path(cfg.artifacts)
+    try:
+        ensure_writable(artifacts, cfg.origin("artifacts"))  # before the cluster is contacted
+    except ConfigError as exc:
+        return setup_error(suite, artifacts, exc)
     return Runner(suite, cfg).run()
 
 
-def _setup_error(suite: Suite, artifacts: Path, exc: HarnessError) -> int:
+def write_results(suite: Suite, artifacts: Path, results: list[CaseResult], props: dict[str, str]) -> bool:
+    """JUnit and metadata.json; False (said on stderr) when they cannot be written."""
+    try:
+        write_junit(suite.junit_path(artifacts), suite.binary, results, props)
+        add_metadata(artifacts, METADATA)
+    except OSError as exc:
+        print(f"{suite.binary}: cannot write JUnit to {artifacts}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def setup_error(suite: Suite, artifacts: Path, exc: HarnessError) -> int:
     """A usage/configuration error: message on stderr, JUnit with the error, exit 2."""
     kind = "usage" if isinstance(exc, UsageError) else "configuration"
     print(f"{suite.binary}: {kind} error: {exc}", file=sys.stderr)
     if isinstance(exc, UsageError):
         print(f"Run '{suite.binary} --help' for usage.", file=sys.stderr)
     result = CaseResult("Configuration", Outcome.ERROR, 0.0, f"{kind} error: {exc}", str(exc))
-    try:
-        write_junit(suite.junit_path(artifacts), suite.binary, [result], {"tester-version": __version__})
-        add_metadata(artifacts, METADATA)
-    except OSError as write_error:
-        print(f"{suite.binary}: cannot write JUnit to {artifacts}: {write_error}", file=sys.stderr)
+    write_results(suite, artifacts, [result], {"tester-version": __version__})
     print("FAIL")
     return EXIT_USAGE
 
@@ -100,16 +91,43 @@ class Runner:
         self._signals = 0
 
     def run(self) -> int:
-        selected = [t for t in self.suite.tests if self.session.selector.matches(t.name)]
+        selected = self.session.selector.select(self.suite)
         self._install_signal_handlers()
         if any(t.needs_cluster for t in selected):
             try:
                 self._connect_and_discover()
             except (ConfigError, ClusterError) as exc:
-                return _setup_error(self.suite, self.session.artifacts, exc)
+                return setup_error(self.suite, self.session.artifacts, exc)
         if not selected:
             print("testing: warning: no tests to run")
         self._print_config()
+        try:
+            self._run_tests(selected)
+        finally:
+            written = write_results(self.suite, self.session.artifacts, self.session.results, self._properties())
+        # A cancelled run (signal, timeout, failfast) never passes, even between tests; nor does
+        # one whose results were lost.
+        failed = self._failed() or self.cancel.is_set() or not written
+        print("FAIL" if failed else "PASS")
+        return EXIT_FAIL if failed else EXIT_PASS
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _connect_and_discover(self) -> None:
+        from harness.cluster import CONNECT_RETRY_SECONDS, RETRY_BUDGET_SECONDS, Cluster  # the kubernetes
+        from harness.discovery import discover  # client loads only when needed
+        from harness.launchers import LAUNCHERS
+        from harness.training_job import require_launcher
+
+        cluster = Cluster.connect(self.cfg.kubeconfig, cancelled=self.cancel, retry_budget=CONNECT_RETRY_SECONDS)
+        self.session.server_version = cluster.server_version()
+        cluster.retry_budget = RETRY_BUDGET_SECONDS  # from now on, ride out API server restarts
+        self.session.cluster = cluster
+        self.session.topology = discover(cluster, self.cfg, self.cancel)
+        require_launcher(cluster, LAUNCHERS[self.cfg.launcher], f"LAUNCHER={self.cfg.launcher}",
+                         "use LAUNCHER=torchrun")
+
+    def _run_tests(self, selected: list[TestCase]) -> None:
         timer = self._start_timeout()
         try:
             for test in selected:
@@ -120,46 +138,34 @@ class Runner:
                 if self.cfg.test_failfast and self._failed():
                     self.cancel.cancel("-test.failfast: an earlier test failed")
         except KeyboardInterrupt:
-            pass  # second signal: results so far are written below
+            pass  # second signal: the results so far are written
         finally:
             if timer is not None:
                 timer.cancel()
-            self._write_junit()
-        # A cancelled run (signal, timeout, failfast) never passes, even between tests.
-        failed = self._failed() or self.cancel.is_set()
-        print("FAIL" if failed else "PASS")
-        return EXIT_FAIL if failed else EXIT_PASS
 
-    # -- steps -----------------------------------------------------------------------------------
+    def _resolved(self) -> dict[str, Resolved]:
+        """The configuration with what discovery found in place of what was left to it."""
+        shown = self.cfg.resolved()
+        if self.session.topology is not None:
+            shown.update(self.session.topology.resolved())
+        if self.session.server_version is not None:
+            shown["server_version"] = Resolved(self.session.server_version, Origin(Source.DISCOVERED, "/version"))
+        return shown
 
-    def _connect_and_discover(self) -> None:
-        from harness.cluster import Cluster  # the kubernetes client loads only when needed
-        from harness.discovery import discover
-        from harness.jobs import check_launcher
-
-        cluster = Cluster.connect(self.cfg.kubeconfig, cancelled=self.cancel, retry_budget=5.0)
-        try:
-            version = cluster.request("GET", "/version", operation="contact the API server")
-        except ClusterError as exc:
-            host = cluster.api.configuration.host
-            raise ClusterError(f"contact the API server at {host} "
-                               f"(kubeconfig {self.cfg.kubeconfig or '~/.kube/config'}): {exc}") from None
-        except Exception as exc:  # 401/403 and the like
-            raise ClusterError(f"contact the API server: {exc}") from None
-        cluster.retry_budget = 90.0  # from now on, ride out API server restarts
-        self.session.cluster = cluster
-        self.session.nodes = discover(cluster, self.cfg, self.cancel)
-        check_launcher(cluster, self.cfg)
-        self.cfg.set("server_version", version.get("gitVersion", "?"), Source.DISCOVERED, "/version")
+    def _properties(self) -> dict[str, str]:
+        props = {"tester-version": __version__, **properties(self._resolved())}
+        if self.session.cluster is not None:
+            props["api-requests"] = str(self.session.cluster.request_count)
+        return props
 
     def _print_config(self) -> None:
         if not self.cfg.test_v:
             return
         print(f"{self.suite.binary} {__version__}: resolved configuration")
-        for line in self.cfg.report_lines():
+        for line in report_lines(self._resolved()):
             print(f"  {line}")
-        if self.session.nodes:
-            print("  nodes: " + ", ".join(n.name for n in self.session.nodes))
+        if self.session.topology is not None:
+            print("  nodes: " + ", ".join(self.session.topology.node_names))
         sys.stdout.flush()
 
     def _not_run(self, test: TestCase, reason: str) -> None:
@@ -168,18 +174,6 @@ class Runner:
 
     def _failed(self) -> bool:
         return any(r.outcome in (Outcome.FAIL, Outcome.ERROR) for r in self.session.results)
-
-    def _write_junit(self) -> None:
-        artifacts = self.session.artifacts
-        properties = {"tester-version": __version__, **self.cfg.properties()}
-        if self.session.cluster is not None:
-            properties["api-requests"] = str(self.session.cluster.request_count)
-        try:
-            write_junit(self.suite.junit_path(artifacts), self.suite.binary, self.session.results,
-                        properties)
-            add_metadata(artifacts, METADATA)
-        except OSError as exc:
-            print(f"{self.suite.binary}: cannot write JUnit to {artifacts}: {exc}", file=sys.stderr)
 
     # -- cancellation ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Test cases and the context a test runs in (Go's *testing.T, with setup/teardown built in).
+"""The context a test runs in (Go's *testing.T, with setup/teardown built in) and what a run shares.
 
 A test is a function of a TestContext; its body is the assessment. Everything it sets up
 registers its own teardown on the context (`t.cleanup`), which runs in reverse order on every
@@ -21,67 +21,11 @@ from harness.cancel import CancelToken
 from harness.config import Config
 from harness.errors import HarnessError, SkipTest, TestFailure
 from harness.junit import CaseResult, Outcome
+from harness.suite import Selector, TestFunc
 
 if TYPE_CHECKING:
     from harness.cluster import Cluster
-    from harness.discovery import NodeInfo
-
-TestFunc = Callable[["TestContext"], None]
-
-
-@dataclass(frozen=True)
-class TestCase:
-    """A registered test: its Go-style name, its function and the subtests it declares."""
-
-    name: str
-    func: TestFunc
-    subtests: tuple[str, ...] = ()
-    needs_cluster: bool = True
-    __test__ = False  # not a pytest test class
-
-
-def split_run_pattern(pattern: str) -> list[str]:
-    """Split a -test.run pattern at top-level slashes, like Go (not inside [] or ())."""
-    parts, depth, current = [], 0, []
-    for ch in pattern:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth = max(0, depth - 1)
-        if ch == "/" and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    return parts
-
-
-@dataclass
-class Selector:
-    """Which tests and subtests run: -test.run levels, and e2e-framework's feature filters."""
-
-    levels: list[re.Pattern[str]] = field(default_factory=list)
-    feature: re.Pattern[str] | None = None
-    skip_features: re.Pattern[str] | None = None
-
-    @classmethod
-    def from_config(cls, cfg: Config) -> Selector:
-        levels = [re.compile(p) for p in split_run_pattern(cfg.test_run)] if cfg.test_run else []
-        return cls(levels,
-                   re.compile(cfg.feature) if cfg.feature else None,
-                   re.compile(cfg.skip_features) if cfg.skip_features else None)
-
-    def matches(self, full_name: str) -> bool:
-        """Whether a test or subtest (`TestX/sub`) is selected; levels past the pattern match all."""
-        names = full_name.split("/")
-        for name, pattern in zip(names, self.levels, strict=False):
-            if not pattern.search(name):
-                return False
-        top = names[0]
-        if self.feature and not self.feature.search(top):
-            return False
-        return not (self.skip_features and self.skip_features.search(top))
+    from harness.topology import Topology
 
 
 class Output:
@@ -105,8 +49,10 @@ class Session:
     cancel: CancelToken
     output: Output
     selector: Selector
+    # Set once the runner has connected and discovered (only when a selected test needs the cluster).
     cluster: Cluster | None = None
-    nodes: list[NodeInfo] = field(default_factory=list)
+    server_version: str | None = None
+    topology: Topology | None = None
     results: list[CaseResult] = field(default_factory=list)
 
 
@@ -122,7 +68,6 @@ class TestContext:
         self.result = CaseResult(name)
         self._cleanups = ExitStack()
         self._log_lines: list[str] = []
-        self._children: list[TestContext] = []
         # Parts of <system-out>, joined once when the test ends (appending to one string copied
         # it whole on each pod's log: quadratic in the pods).
         self._output_parts: list[str] = []
@@ -142,8 +87,11 @@ class TestContext:
         return self.session.cluster
 
     @property
-    def nodes(self) -> list[NodeInfo]:
-        return self.session.nodes
+    def topology(self) -> Topology:
+        """What discovery found: node type, the nodes to use, GPUs and EFA per node."""
+        if self.session.topology is None:
+            raise HarnessError(f"{self.name}: no topology (the runner did not discover the nodes)")
+        return self.session.topology
 
     @property
     def cancel(self) -> CancelToken:
@@ -196,7 +144,6 @@ class TestContext:
         if not self.session.selector.matches(full):
             return True
         child = TestContext(self.session, full, self.depth + 1)
-        self._children.append(child)
         child.execute(func)
         if child.result.outcome in (Outcome.FAIL, Outcome.ERROR):
             if self.result.outcome is Outcome.PASS:

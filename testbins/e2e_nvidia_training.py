@@ -5,23 +5,26 @@ from __future__ import annotations
 import re
 import sys
 
-from harness.cluster import POD
+from harness.conditions import log_line_matches, pods_ready
 from harness.config import Config
 from harness.errors import TestFailure
-from harness.jobs import TrainingJob, Workload, launch
-from harness.logs import follow_until
+from harness.launchers import Workload
 from harness.metrics import WorkloadMetrics
-from harness.runner import Suite
+from harness.resources import POD
 from harness.runner import main as run_suite
-from harness.testing import TestCase, TestContext
+from harness.suite import Suite
+from harness.testing import TestContext
+from harness.training_job import TrainingJob, launch
 from harness.verdict import (
     check_all_ranks_reported,
     check_loss_decreased,
     check_minimum,
     check_stragglers,
-    thresholds_for,
+    threshold,
 )
-from harness.wait import pods_ready
+
+SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluster: each test launches a workload "
+              "across the configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.")
 
 # Each workload's size names for WORKLOAD_SIZE tiny / base / large.
 SIZES = {
@@ -47,18 +50,18 @@ def assess_training(t: TestContext, job: TrainingJob, throughput_key: str, unit:
     return metrics
 
 
+@SUITE.test("TestBertTraining")
 def test_bert_training(t: TestContext) -> None:
     """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank."""
     job = launch(t, Workload("bert-training", "workloads.bert", ("--size", workload_size(t.cfg, "bert"))))
     job.wait_succeeded()
     metrics = assess_training(t, job, "throughput", "samples/s")
-    if t.cfg.min_throughput_per_gpu is not None:
-        minimum, source = t.cfg.min_throughput_per_gpu, "MIN_THROUGHPUT_PER_GPU"
-    else:
-        minimum, source = thresholds_for(t.cfg.node_type).bert_samples_per_gpu, f"{t.cfg.node_type} table"
-    check_minimum(metrics, "throughput", minimum, "samples/s", source)
+    minimum = threshold(t.cfg.min_throughput_per_gpu, "MIN_THROUGHPUT_PER_GPU", t.topology.node_type,
+                        "bert_samples_per_gpu")
+    check_minimum(metrics, "throughput", minimum.value, "samples/s", minimum.source)
 
 
+@SUITE.test("TestNanoGPTTraining")
 def test_nanogpt_training(t: TestContext) -> None:
     """A GPT (nanoGPT-style) with DDP and gradient accumulation; MFU reported where the GPU is known."""
     # torch.compile pays off on GPUs (fused kernels, MFU); on CPU it only adds compile time.
@@ -69,6 +72,7 @@ def test_nanogpt_training(t: TestContext) -> None:
     assess_training(t, job, "tokens_per_s", "tokens/s")
 
 
+@SUITE.test("TestMNISTTraining")
 def test_mnist_training(t: TestContext) -> None:
     """The SMDDP MNIST CNN with Lightning's DDPStrategy (nccl on GPU, gloo on CPU)."""
     job = launch(t, Workload("mnist-training", "workloads.mnist", ("--size", workload_size(t.cfg, "mnist"))))
@@ -81,9 +85,10 @@ CHECKPOINT_EVERY = 5
 CHECKPOINT_LINE = re.compile(r"saved checkpoint at step (\d+)")
 
 
+@SUITE.test("TestElasticRecovery")
 def test_elastic_recovery(t: TestContext) -> None:
     """Elastic torchrun: a worker pod is deleted mid-training; the job resumes from its checkpoint."""
-    if t.cfg.node_count < 2:
+    if t.topology.node_count < 2:
         t.skip("elastic recovery needs at least 2 nodes (a surviving worker hosts the rendezvous)")
     size = workload_size(t.cfg, "nanogpt")
     workload = Workload(
@@ -95,8 +100,7 @@ def test_elastic_recovery(t: TestContext) -> None:
     job.wait(pods_ready(job.namespace, job.selector, job.node_count))
     # Mid-training: after rank 0 wrote a checkpoint, delete the last worker pod.
     worker0 = next(p for p in job.pods() if p["metadata"]["name"].startswith(f"{workload.job_name}-0-"))
-    line = follow_until(t.cluster, job.namespace, worker0["metadata"]["name"], CHECKPOINT_LINE,
-                        t.cfg.job_timeout, t.cancel)
+    line = job.wait(log_line_matches(job.namespace, worker0["metadata"]["name"], CHECKPOINT_LINE))
     victim = max(job.pods(), key=lambda p: p["metadata"]["name"])
     t.logf("%s; deleting pod %s on node %s", line.strip(), victim["metadata"]["name"],
            victim["spec"].get("nodeName"))
@@ -112,19 +116,6 @@ def test_elastic_recovery(t: TestContext) -> None:
         raise TestFailure(f"elastic: the job finished without resuming from a checkpoint (restart count "
                           f"{restarts}, resumed_from_step {resumed}); expected a restart that resumes "
                           f"from step >= {CHECKPOINT_EVERY}")
-
-
-SUITE = Suite(
-    binary="e2e-nvidia-training",
-    summary="Multi-node training on a Kubernetes cluster: each test launches a workload across the "
-            "configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.",
-    tests=(
-        TestCase("TestBertTraining", test_bert_training),
-        TestCase("TestNanoGPTTraining", test_nanogpt_training),
-        TestCase("TestMNISTTraining", test_mnist_training),
-        TestCase("TestElasticRecovery", test_elastic_recovery),
-    ),
-)
 
 
 def main() -> None:

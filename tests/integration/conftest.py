@@ -29,6 +29,18 @@ from kubernetes.client.rest import ApiException
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
 DEFAULT_NODE_SHAPE = ("cpu", 2, 0)
+# Annotations the local cluster's node agent reads: canned logs and injected faults (hack/README.md).
+INJECT = "kubetest2-training.local/"
+DEFAULT_CANNED_LOG = "bert-mpirun-32ranks"
+
+
+def canned_by_default(annotations: dict[str, str] | None) -> dict[str, str]:
+    """kwok's stages and canned lines, not real execution: a pod without a `fail` annotation gets
+    the canned log `bert-mpirun-32ranks` unless it names one."""
+    annotations = dict(annotations or {})
+    if INJECT + "fail" not in annotations:
+        annotations.setdefault(INJECT + "canned-log", DEFAULT_CANNED_LOG)
+    return annotations
 
 
 def run_local_cluster(*args: str, env: dict[str, str] | None = None, timeout_s: float = 3600) -> str:

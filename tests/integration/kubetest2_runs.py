@@ -9,12 +9,10 @@ from pathlib import Path
 
 import junitparser
 
-from .conftest import REPO, LocalCluster
+from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-CANNED_LOG_ANNOTATION = "kubetest2-training.local/canned-log"
-FAIL_ANNOTATION = "kubetest2-training.local/fail"
-CANNED_DEFAULT = f"{CANNED_LOG_ANNOTATION}=bert-mpirun-32ranks"
+CANNED_LOG_ANNOTATION = f"{INJECT}canned-log"
 
 
 def kt2t_bin() -> Path:
@@ -23,12 +21,10 @@ def kt2t_bin() -> Path:
     return Path(out.stdout.strip())
 
 
-def canned_by_default(pod_annotations: str) -> str:
-    """POD_ANNOTATIONS with the canned log `bert-mpirun-32ranks` added, unless it names one or
-    injects a failure (which is canned anyway)."""
-    if CANNED_LOG_ANNOTATION in pod_annotations or f"{FAIL_ANNOTATION}=" in pod_annotations:
-        return pod_annotations
-    return ",".join(a for a in (pod_annotations, CANNED_DEFAULT) if a)
+def canned_by_default_env(pod_annotations: str) -> str:
+    """POD_ANNOTATIONS (`k=v,k2=v2`) with conftest's canned_by_default applied."""
+    pairs = dict(item.split("=", 1) for item in pod_annotations.split(",") if item)
+    return ",".join(f"{key}={value}" for key, value in canned_by_default(pairs).items())
 
 
 def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
@@ -42,7 +38,7 @@ def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
     full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
                 "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
     if canned:
-        full_env["POD_ANNOTATIONS"] = canned_by_default(full_env.get("POD_ANNOTATIONS", ""))
+        full_env["POD_ANNOTATIONS"] = canned_by_default_env(full_env.get("POD_ANNOTATIONS", ""))
     full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
     command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
                f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]

@@ -8,6 +8,7 @@ their logs canned (hack/canned-logs/).
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -16,20 +17,31 @@ from kubernetes.client.rest import ApiException
 
 from harness.cancel import CancelToken
 from harness.cli import parse_args
-from harness.cluster import JOB, MANAGED_BY_LABEL, MPIJOB, POD, Cluster
-from harness.config import resolve
+from harness.cluster import Cluster
+from harness.conditions import (
+    any_pod_failed,
+    deleted,
+    job_failed,
+    job_succeeded,
+    log_line_matches,
+    mpijob_succeeded,
+    pods_ready,
+    pods_succeeded,
+)
+from harness.config import Source, resolve
 from harness.discovery import discover
 from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
+from harness.labels import MANAGED_BY_LABEL
 from harness.logs import capture_pod_logs
 from harness.manifests import render
-from harness.wait import any_pod_failed, job_failed, job_succeeded, mpijob_succeeded, wait_for
+from harness.resources import JOB, MPIJOB, POD
+from harness.wait import wait_for
 
-from .conftest import REPO, LocalCluster
+from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 from .conftest import wait_for as poll
 
 pytestmark = pytest.mark.integration
 
-INJECT = "kubetest2-training.local/"
 LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "it"}
 
 
@@ -55,15 +67,6 @@ def job(name: str, namespace: str, annotations: dict[str, str] | None = None, co
             },
         },
     }
-
-
-def canned_by_default(annotations: dict[str, str] | None) -> dict[str, str]:
-    """kwok's stages and canned lines, not real execution: a pod without a `fail` annotation gets
-    the canned log `bert-mpirun-32ranks` unless it names one."""
-    annotations = dict(annotations or {})
-    if INJECT + "fail" not in annotations:
-        annotations.setdefault(INJECT + "canned-log", "bert-mpirun-32ranks")
-    return annotations
 
 
 def wait_job(kube: Cluster, namespace: str, name: str, grace: float = 1.0, timeout: float = 60) -> str:
@@ -181,14 +184,44 @@ def test_log_capture_of_several_pods_and_containers(cluster: LocalCluster, kube:
 def test_delete_and_wait_until_gone(kube: Cluster, namespace: str):
     kube.apply(job("gone", namespace, {INJECT + "run-duration": "10m"}))
     assert kube.delete(JOB, "gone", namespace) is True
-    assert kube.wait_deleted(JOB, "gone", namespace, timeout=30)
+    assert wait_for(kube, deleted(JOB, "gone", namespace), timeout=30) == "job gone deleted"
     assert kube.get(JOB, "gone", namespace) is None
     assert kube.delete(JOB, "gone", namespace) is False
+    # Something that is not there at all is deleted as soon as it is listed.
+    assert wait_for(kube, deleted(JOB, "never-was", namespace), timeout=10) == "job never-was deleted"
+
+
+def shell_pod(name: str, namespace: str, script: str) -> dict:
+    """A pod the node agent runs for real (no canned log): `sh -c script`."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": {**LABELS, "pod": name}},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [
+                {"name": "main", "image": "registry.invalid/shell:1", "command": ["sh", "-c", script]}]}}
+
+
+CHECKPOINT = re.compile(r"saved checkpoint at step (\d+)")
+
+
+def test_a_log_line_is_seen_as_it_is_written(kube: Cluster, namespace: str):
+    kube.apply(shell_pod("ticker", namespace, "echo starting; sleep 2; echo saved checkpoint at step 5; sleep 60"))
+    wait_for(kube, pods_ready(namespace, "pod=ticker", 1), timeout=60)
+    started = time.monotonic()
+    line = wait_for(kube, log_line_matches(namespace, "ticker", CHECKPOINT), timeout=30)
+    assert line == "saved checkpoint at step 5"
+    assert time.monotonic() - started < 10  # while the pod still runs: not when its log ends
+
+
+def test_a_log_that_ends_without_the_line_fails_naming_the_pod(kube: Cluster, namespace: str):
+    kube.apply(shell_pod("quiet", namespace, "echo nothing to see here"))
+    wait_for(kube, pods_succeeded(namespace, "pod=quiet", 1), timeout=60)
+    with pytest.raises(JobFailed, match="the log of quiet ended without a line matching") as failure:
+        wait_for(kube, log_line_matches(namespace, "quiet", CHECKPOINT), timeout=30)
+    assert failure.value.pod == "quiet"
 
 
 def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
     fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
-              "TrainingImage": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
+              "Image": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
               "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "Env": []}
     for obj in render("mpijob.yaml", fields):
@@ -198,15 +231,16 @@ def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
 
 
 def cfg_for(**env: str):
-    return resolve(parse_args([]).flag_values, env)
+    return resolve(parse_args([]), env)
 
 
 def test_discovery_on_cpu_nodes(kube: Cluster):
     cfg = cfg_for(ACCELERATOR="cpu")
-    nodes = discover(kube, cfg, CancelToken())
-    assert cfg.node_type == "kwok-cpu" and cfg.node_count == len(nodes) >= 1
-    assert cfg.gpus_per_node == 1
-    assert cfg.source_of("node_count").value == "discovered"
+    topology = discover(kube, cfg, CancelToken())
+    assert topology.node_type == "kwok-cpu" and topology.node_count == len(topology.nodes) >= 1
+    assert topology.gpus_per_node == 1
+    assert topology.origins["node_count"].source is Source.DISCOVERED
+    assert cfg.node_count is None  # the configuration stays as the user gave it
 
 
 def test_discovery_on_cpu_nodes_with_nvidia_waits_then_says_why(kube: Cluster):
@@ -219,10 +253,11 @@ def test_discovery_on_cpu_nodes_with_nvidia_waits_then_says_why(kube: Cluster):
 
 def test_discovery_on_gpu_nodes_with_efa(default_nodes: LocalCluster, kube: Cluster):
     default_nodes.set_nodes("gpu", 2, efa=4)
-    cfg = cfg_for()
-    nodes = discover(kube, cfg, CancelToken())
-    assert (cfg.node_type, cfg.node_count, cfg.gpus_per_node, cfg.efa_per_node) == ("p4d.24xlarge", 2, 8, 4)
-    assert [n.gpus for n in nodes] == [8, 8]
+    topology = discover(kube, cfg_for(), CancelToken())
+    assert (topology.node_type, topology.node_count, topology.gpus_per_node, topology.efa_per_node) == (
+        "p4d.24xlarge", 2, 8, 4)
+    assert [n.gpus for n in topology.nodes] == [8, 8]
+    assert str(topology.origins["gpus_per_node"]) == "discovered: nvidia.com/gpu capacity"
     with pytest.raises(ConfigError, match="NODE_COUNT=3 but only 2 Ready p4d.24xlarge nodes"):
         discover(kube, cfg_for(NODE_COUNT="3"), CancelToken())
     with pytest.raises(ConfigError, match="no Ready node of type 'p5.48xlarge'"):
@@ -233,7 +268,7 @@ TEMPLATE_FIELDS = {
     "torchrun-job.yaml": {"Command": ["torchrun"], "Args": ["-m", "workloads.bert"], "MasterPort": 29500,
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"]},
-    "gpu-capacity-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "NCCLTestsImage": "repo/nccl:1"},
+    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]},
     "rbac.yaml": {},
 }
 
@@ -246,7 +281,7 @@ def test_every_manifest_passes_server_side_dry_run(kube: Cluster, namespace: str
                  else {"limits": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4},
                        "requests": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}})
     fields = {"JobName": "dry", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {"a": "b"},
-              "TrainingImage": "repo/train:1", "WorkerReplicas": 4, "Resources": resources,
+              "Image": "repo/train:1", "WorkerReplicas": 4, "Resources": resources,
               "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
               "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"},
                       {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],

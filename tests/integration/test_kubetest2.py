@@ -13,7 +13,7 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from .conftest import LocalCluster
+from .conftest import INJECT, LocalCluster
 from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
 from .kubetest2_runs import assert_runner_junit_intact, case_properties, junit_cases, kubetest2
 
@@ -68,8 +68,7 @@ def test_mpi_launcher_canned_logs(cluster: LocalCluster, tmp_path: Path):
 def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
     done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
-                     env={"POD_ANNOTATIONS": "kubetest2-training.local/fail=exit-code,"
-                                             "kubetest2-training.local/exit-code=7"})
+                     env={"POD_ANNOTATIONS": f"{INJECT}fail=exit-code,{INJECT}exit-code=7"})
     assert done.returncode != 0
     case = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"]
     (failure,) = case.result

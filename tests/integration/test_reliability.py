@@ -19,15 +19,15 @@ import junitparser
 import pytest
 import yaml
 
-from harness.cluster import MANAGED_BY_LABEL, Cluster
+from harness.cluster import Cluster
+from harness.labels import MANAGED_BY_LABEL
 from harness.manifests import render
 
-from .conftest import LocalCluster, run_local_cluster, wait_for
+from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
 BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
-INJECT = "kubetest2-training.local/"
 # Canned (kwok's stages keep the pods running): real BERT would take minutes on 2 cores.
 CANNED = f"{INJECT}canned-log=bert-mpirun-32ranks"
 LONG_RUNNING = f"{INJECT}run-duration=10m,{CANNED}"
@@ -200,8 +200,9 @@ CAPTURE_SCRIPT = """
 import re, sys
 from pathlib import Path
 Path("/proc/self/clear_refs").write_text("5")
-from harness.cluster import POD, Cluster
+from harness.cluster import Cluster
 from harness.logs import capture_pod_logs
+from harness.resources import POD
 kubeconfig, namespace, dest = sys.argv[1:4]
 cluster = Cluster.connect(kubeconfig)
 pods = cluster.list(POD, namespace, label_selector="job=huge")["items"]

@@ -25,15 +25,30 @@ def binary(name: str) -> str:
     return path
 
 
-def run(name: str, *args: str, env: dict[str, str] | None = None, artifacts: Path | None = None):
+def run(name: str, *args: str, env: dict[str, str] | None = None, artifacts: Path | None = None,
+        prefix: tuple[str, ...] = ()):
     full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_COUNT")}
     full_env.update(env or {})
     if artifacts is not None:
         full_env["ARTIFACTS"] = str(artifacts)
     # A kubeconfig pointing nowhere: nothing here may contact a cluster.
     full_env.setdefault("KUBECONFIG", "/nonexistent/kubeconfig")
-    return subprocess.run([binary(name), *args], capture_output=True, text=True, env=full_env, timeout=60,
+    return subprocess.run([*prefix, binary(name), *args], capture_output=True, text=True, env=full_env, timeout=60,
                           check=False)
+
+
+def unreachable_kubeconfig(folder: Path) -> Path:
+    """A kubeconfig whose API server is 127.0.0.1:9: nothing listens, the connection is refused at once."""
+    kubeconfig = folder / "kubeconfig"
+    kubeconfig.write_text("""
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: abc}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+""")
+    return kubeconfig
 
 
 @pytest.mark.parametrize("name", ["e2e-nvidia-training"])
@@ -88,16 +103,7 @@ def test_missing_kubeconfig_exits_2_naming_it(tmp_path):
 
 
 def test_unreachable_api_server_is_a_clear_error_within_seconds(tmp_path):
-    kubeconfig = tmp_path / "kubeconfig"
-    # Port 9 on loopback: nothing listens, the connection is refused at once.
-    kubeconfig.write_text("""
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: abc}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-""")
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     done = run("e2e-nvidia-training", "--test.run=TestBertTraining", artifacts=tmp_path,
                env={"KUBECONFIG": str(kubeconfig)})
     assert done.returncode == 2, done.stdout + done.stderr
@@ -105,17 +111,59 @@ current-context: c
     assert "contact the API server" in junit_error(tmp_path)
 
 
+def test_artifacts_that_is_a_file_is_a_configuration_error_before_the_cluster_is_contacted(tmp_path):
+    artifacts = tmp_path / "artifacts"
+    artifacts.write_text("a regular file")
+    done = run("e2e-nvidia-training", "--test.run=TestBertTraining", artifacts=artifacts,
+               env={"KUBECONFIG": str(unreachable_kubeconfig(tmp_path))})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"configuration error: ARTIFACTS={artifacts}: not a folder" in done.stderr
+    assert "contact the API server" not in done.stdout + done.stderr
+    assert artifacts.read_text() == "a regular file"
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    folder = tmp_path / "read-only"
+    folder.mkdir(mode=0o555)
+    yield folder
+    folder.chmod(0o755)
+
+
+def unprivileged() -> tuple[str, ...]:
+    """root writes anywhere: as root the binary runs without the capabilities that override file
+    permissions (as an unprivileged CI job would be)."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("setpriv (util-linux) is needed to drop root's file-permission override")
+    return (setpriv, "--bounding-set=-dac_override,-dac_read_search")
+
+
+def test_artifacts_in_a_read_only_folder_is_a_configuration_error_naming_why(tmp_path, read_only_folder):
+    done = run("e2e-nvidia-training", "--test.run=TestBertTraining", artifacts=read_only_folder,
+               prefix=unprivileged(), env={"KUBECONFIG": str(unreachable_kubeconfig(tmp_path))})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"ARTIFACTS={read_only_folder}: cannot write there: Permission denied" in done.stderr
+    assert "contact the API server" not in done.stdout + done.stderr
+    assert not any(read_only_folder.iterdir())
+
+
+def python_prints(code: str) -> str:
+    """What a fresh interpreter prints running `code` (imports start from nothing)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_importing_harness_and_testbins_loads_no_torch():
-    code = ("import sys, harness, harness.runner, harness.jobs, harness.metrics, testbins.e2e_nvidia_training, "
-            "testbins.e2e_nvidia, testbins.kubetest2_tester_training; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'lightning')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert python_prints(
+        "import sys, harness, harness.runner, harness.training_job, harness.metrics, testbins.e2e_nvidia_training, "
+        "testbins.e2e_nvidia, testbins.kubetest2_tester_training; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'lightning')))") == "[]"
 
 
-def test_help_does_not_import_the_kubernetes_client():
-    code = ("import sys, testbins.e2e_nvidia_training as b; from harness.runner import main; "
-            "import contextlib, io; f = io.StringIO()\nwith contextlib.redirect_stdout(f): main(b.SUITE, ['--help'])\n"
-            "print('kubernetes' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
+def test_help_loads_neither_the_kubernetes_client_nor_yaml():
+    assert python_prints(
+        "import sys, testbins.e2e_nvidia_training as b; from harness.runner import main; "
+        "import contextlib, io; f = io.StringIO()\nwith contextlib.redirect_stdout(f): main(b.SUITE, ['--help'])\n"
+        "print([m for m in ('kubernetes', 'urllib3', 'yaml', 'junit_xml') if m in sys.modules])") == "[]"

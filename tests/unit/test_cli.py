@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.cli import parse_args, usage, wants_help
 from harness.errors import UsageError
-from harness.testing import Selector, split_run_pattern
+from harness.suite import Selector, Suite, TestCase, listed, split_run_pattern
 
 
 @pytest.mark.parametrize("argv", [
@@ -14,20 +16,20 @@ from harness.testing import Selector, split_run_pattern
     ["--test.run", "TestBertTraining"],
 ])
 def test_flag_forms(argv):
-    assert parse_args(argv).flag_values["test_run"][0] == "TestBertTraining"
+    assert parse_args(argv)["test_run"][0] == "TestBertTraining"
 
 
 def test_bool_flag_alone_and_explicit():
-    assert parse_args(["-test.v"]).flag_values["test_v"][0] == "true"
-    assert parse_args(["--test.v=false"]).flag_values["test_v"][0] == "false"
+    assert parse_args(["-test.v"])["test_v"][0] == "true"
+    assert parse_args(["--test.v=false"])["test_v"][0] == "false"
     # A bool flag never swallows the next argument.
-    assert parse_args(["-test.v", "-test.run", "X"]).flag_values["test_run"][0] == "X"
+    assert parse_args(["-test.v", "-test.run", "X"])["test_run"][0] == "X"
 
 
 def test_upstream_command_lines_parse():
     argv = ["--test.timeout=60m", "--test.v", "--test.run=^TestMPIJobPytorchTraining$/multi-node",
             "--efaEnabled=true", "--nvidiaTestImage=IMG", "--nodeType=p5.48xlarge"]
-    values = parse_args(argv).flag_values
+    values = parse_args(argv)
     assert values["node_type"][0] == "p5.48xlarge"
     assert values["efa_enabled"][0] == "true"
 
@@ -66,10 +68,15 @@ def test_run_pattern_split_like_go():
 
 
 def test_selector_levels():
-    import re
-
-    sel = Selector([re.compile(p) for p in split_run_pattern("^TestNCCLTests$/multi")])
+    sel = Selector(tuple(re.compile(p) for p in split_run_pattern("^TestNCCLTests$/multi")))
     assert sel.matches("TestNCCLTests")
     assert sel.matches("TestNCCLTests/multi-node")
     assert not sel.matches("TestNCCLTests/single-node")
     assert not sel.matches("TestNCCLTestsX")
+
+
+def test_selector_picks_the_suites_tests_and_list_filters_names():
+    suite = Suite("b", "s", [TestCase("TestA", lambda t: None), TestCase("TestB", lambda t: None)])
+    assert [t.name for t in Selector((re.compile("B"),)).select(suite)] == ["TestB"]
+    assert [t.name for t in Selector(skip_features=re.compile("A")).select(suite)] == ["TestB"]
+    assert listed(suite, "Test") == ["TestA", "TestB"]

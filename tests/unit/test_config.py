@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Mapping
+
 import pytest
 
 from harness.cli import parse_args
-from harness.config import SETTINGS, Source, format_duration, parse_duration, resolve
+from harness.config import SETTINGS, Config, Source, properties, report_lines, resolve
 from harness.errors import ConfigError
+from harness.parsers import format_duration, parse_duration
 
 
 def resolve_env(env: dict[str, str], argv: list[str] | None = None):
-    return resolve(parse_args(argv or []).flag_values, env)
+    return resolve(parse_args(argv or []), env)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -34,11 +39,11 @@ def test_format_duration_like_go():
 def test_flag_beats_env_beats_default():
     cfg = resolve_env({"NODE_TYPE": "p4d.24xlarge", "JOB_TIMEOUT": "5m"}, ["--nodeType=p5.48xlarge"])
     assert cfg.node_type == "p5.48xlarge"
-    assert cfg.source_of("node_type") is Source.FLAG
+    assert cfg.origin("node_type").source is Source.FLAG
     assert cfg.job_timeout == 300
-    assert cfg.source_of("job_timeout") is Source.ENV
+    assert cfg.origin("job_timeout").source is Source.ENV
     assert cfg.launcher == "torchrun"
-    assert cfg.source_of("launcher") is Source.DEFAULT
+    assert cfg.origin("launcher").source is Source.DEFAULT
     assert cfg.node_count is None  # left for discovery
 
 
@@ -93,10 +98,10 @@ def test_all_errors_reported_together():
 
 def test_report_and_properties_show_sources_and_redact_secrets():
     cfg = resolve_env({"NODE_COUNT": "2", "POD_ANNOTATIONS": "a=1,api-token=s3cret"})
-    report = "\n".join(cfg.report_lines())
+    report = "\n".join(report_lines(cfg.resolved()))
     assert "node_count" in report and "env: NODE_COUNT" in report
     assert "s3cret" not in report
-    props = cfg.properties()
+    props = properties(cfg.resolved())
     assert props["config.node_count"] == "2"
     assert props["config.node_count.source"] == "env: NODE_COUNT"
     assert "s3cret" not in str(props)
@@ -118,3 +123,48 @@ def test_readme_documents_every_setting():
             continue
         spelled = [f"`{setting.env}`"] if setting.env else [f"`--{f}`" for f in setting.flags]
         assert any(s in readme for s in spelled), f"README lacks {spelled}"
+
+
+def test_the_config_is_frozen():
+    cfg = resolve_env({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.node_count = 3  # type: ignore[misc]
+
+
+def test_defaults_computed_at_resolution():
+    first, second = resolve_env({}), resolve_env({})
+    assert first.run_id != second.run_id and first.origin("run_id").detail == "random"
+    assert first.artifacts.endswith("/_artifacts") and first.artifacts.startswith("/")
+
+
+def _accepts(field_type: object, value_type: object) -> bool:
+    """Whether a field declared `field_type` holds what a parser returning `value_type` gives."""
+    options = typing.get_args(field_type) if typing.get_origin(field_type) in (typing.Union, type(int | None)) \
+        else (field_type,)
+    for option in options:
+        if option == value_type:
+            return True
+        if typing.get_origin(option) is Mapping and typing.get_origin(value_type) is dict:
+            return typing.get_args(option) == typing.get_args(value_type)
+    return False
+
+
+def test_every_setting_is_a_typed_field_and_every_field_a_setting():
+    hints = typing.get_type_hints(Config)
+    fields = {f.name for f in dataclasses.fields(Config)} - {"origins"}
+    assert fields == {s.name for s in SETTINGS}
+    for setting in SETTINGS:
+        returns = typing.get_type_hints(setting.parse)["return"]
+        assert _accepts(hints[setting.name], returns), f"{setting.name}: {hints[setting.name]} vs parser's {returns}"
+        default = setting.default_value()
+        if default is None:
+            assert type(None) in typing.get_args(hints[setting.name]), f"{setting.name} defaults to None"
+        else:
+            assert _accepts(hints[setting.name], type(default)) or isinstance(default, Mapping), setting.name
+
+
+def test_resolved_values_have_the_declared_types():
+    cfg = resolve_env({"NODE_COUNT": "2", "JOB_TIMEOUT": "5m", "POD_ANNOTATIONS": "a=1", "KEEP_RESOURCES": "yes"},
+                      ["--efaEnabled", "--test.timeout=1h"])
+    assert (cfg.node_count, cfg.job_timeout, cfg.test_timeout) == (2, 300.0, 3600.0)
+    assert cfg.pod_annotations == {"a": "1"} and cfg.keep_resources is True and cfg.efa_enabled is True

@@ -1,14 +1,19 @@
-"""JUnit output: the ARCHITECTURE layout, well-formed whatever the logs held, metadata merge."""
+"""JUnit output: the layout CI expects, well-formed whatever the logs held; metadata merge; both
+written atomically, readable by another user (0644)."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import xml.etree.ElementTree as ET
 
 import junitparser
 import pytest
 
-from harness.junit import CaseResult, Outcome, add_metadata, write_junit, xml_safe
+from harness import artifacts
+from harness.artifacts import add_metadata
+from harness.junit import CaseResult, Outcome, write_junit, xml_safe
 
 HOSTILE = (b"start \x00\x01\x02\x07\x08\x0b\x0c\x1b[31mred\x1b[0m \x1b]0;title\x07 \xff\xfe\xc3(\xed\xa0\x80 "
            b"]]> <!-- & </system-out> \xef\xbf\xbe end\n")
@@ -81,3 +86,39 @@ def test_metadata_fills_an_empty_value(tmp_path):
 def test_metadata_created_when_absent(tmp_path):
     add_metadata(tmp_path, {"tester-version": "0.1.0"})
     assert json.loads((tmp_path / "metadata.json").read_text()) == {"tester-version": "0.1.0"}
+
+
+def test_junit_and_metadata_are_readable_by_other_users_whatever_the_umask(tmp_path):
+    old = os.umask(0o077)
+    try:
+        path = write(tmp_path, [CaseResult("TestX")])
+        add_metadata(tmp_path, {"tester-version": "0.1.0"})
+    finally:
+        os.umask(old)
+    for written in (path, tmp_path / "metadata.json"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o644, written
+
+
+def test_junit_is_replaced_whole_never_written_in_place(tmp_path):
+    first = write(tmp_path, [CaseResult("TestX")])
+    inode = first.stat().st_ino
+    reader = first.open("rb")  # a reader of the old file keeps reading the old file
+    write(tmp_path, [CaseResult("TestX"), CaseResult("TestY", Outcome.FAIL, 1, "boom")])
+    assert first.stat().st_ino != inode
+    assert b"TestY" not in reader.read()
+    reader.close()
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary file left
+
+
+def test_a_failed_write_leaves_the_previous_junit_and_no_temporary_file(tmp_path, monkeypatch):
+    path = write(tmp_path, [CaseResult("TestX")])
+    before = path.read_bytes()
+
+    def disk_full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(artifacts.os, "replace", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        write(tmp_path, [CaseResult("TestY")])
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from harness.cluster import MANAGED_BY_LABEL
 from harness.errors import RenderError
-from harness.manifests import render, render_text
+from harness.labels import MANAGED_BY_LABEL
+from harness.manifests import PLACEHOLDER, TEMPLATE_FIELDS, render, render_text, save
+
+REPO = Path(__file__).resolve().parents[2]
 
 LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "r1"}
 
@@ -14,7 +19,7 @@ LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "
 def torchrun_fields(**overrides):
     fields = {
         "JobName": "bert-training", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-        "TrainingImage": "img:1", "WorkerReplicas": 4, "Resources": {"limits": {"nvidia.com/gpu": 8}},
+        "Image": "img:1", "WorkerReplicas": 4, "Resources": {"limits": {"nvidia.com/gpu": 8}},
         "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "Command": ["torchrun"],
         "Args": ["--nnodes=4", "-m", "workloads.bert"], "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}],
         "MasterPort": 29500, "BackoffLimit": 0, "ActiveDeadlineSeconds": 1260,
@@ -29,17 +34,18 @@ def test_unknown_field_names_template_and_field():
 
 
 def test_missing_field_names_it():
-    with pytest.raises(RenderError, match=r"missing field \.NP"):
-        render_text("t.yaml", "np: {{.NP}}", {})
+    with pytest.raises(RenderError, match=r"missing field \.SlotsPerWorker"):
+        render_text("t.yaml", "np: {{.SlotsPerWorker}}", {})
 
 
 def test_values_cannot_break_yaml():
-    text = render_text("t.yaml", "image: {{.TrainingImage}}", {"TrainingImage": "a: b\n- c"})
+    text = render_text("t.yaml", "image: {{.Image}}", {"Image": "a: b\n- c"})
     assert text == 'image: "a: b\\n- c"'
 
 
 def test_torchrun_template_renders_indexed_job_and_headless_service(tmp_path):
-    objects = render("torchrun-job.yaml", torchrun_fields(), save_to=tmp_path)
+    objects = render("torchrun-job.yaml", torchrun_fields())
+    save(tmp_path, "torchrun-job.yaml", objects)
     service, job = objects
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
     assert job["spec"]["completionMode"] == "Indexed"
@@ -70,9 +76,25 @@ def test_missing_label_is_refused(tmp_path):
 
 def test_saved_manifests_redact_secret_env(tmp_path):
     env = [{"name": "HF_TOKEN", "value": "hf_abc"}, {"name": "NUM_GPUS_PER_NODE", "value": "8"}]
-    objects = render("torchrun-job.yaml", torchrun_fields(Env=env), save_to=tmp_path)
+    objects = render("torchrun-job.yaml", torchrun_fields(Env=env))
+    save(tmp_path, "torchrun-job.yaml", objects)
     saved = (tmp_path / "torchrun-job.yaml").read_text()
     assert "hf_abc" not in saved and "<redacted>" in saved and "NUM_GPUS_PER_NODE" in saved
     # What is applied keeps the real value.
     container = objects[1]["spec"]["template"]["spec"]["containers"][0]
     assert container["env"][0]["value"] == "hf_abc"
+
+
+def test_every_declared_field_is_used_by_a_template():
+    used = {m["field"] for path in (REPO / "manifests").glob("*.yaml") for m in PLACEHOLDER.finditer(path.read_text())}
+    assert used == set(TEMPLATE_FIELDS), f"declared but unused: {set(TEMPLATE_FIELDS) - used}"
+
+
+def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
+    fields = {"JobName": "gpu-capacity-n1", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
+              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]}
+    (job,) = render("per-node-job.yaml", fields)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "n1" and pod["containers"][0]["command"] == ["nvidia-smi", "-L"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert re.fullmatch(r"[a-z0-9-]+", job["metadata"]["name"])

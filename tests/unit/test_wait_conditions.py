@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from harness.wait import ClusterState, any_pod_failed, job_failed, job_succeeded, node_not_ready
+import re
+
+import pytest
+
+from harness.conditions import (
+    any_pod_failed,
+    deleted,
+    job_failed,
+    job_succeeded,
+    log_line_matches,
+    node_not_ready,
+    nodes_advertise_gpus,
+    pods_ready,
+    pods_succeeded,
+)
+from harness.errors import JobFailed
+from harness.resources import NAMESPACE
+from harness.watch import LOG_END, LOG_LINE, ClusterState
 
 
 def pod(name="w-0", phase="Running", node="n1", waiting=None, terminated=None, last_terminated=None,
@@ -95,3 +112,52 @@ def test_node_not_ready_names_node():
     assert cond.check(state_of(node, kind="Node"), 0) == "node n1 is NotReady: Kubelet stopped posting node status."
     node["status"]["conditions"][0]["status"] = "True"
     assert cond.check(state_of(node, kind="Node"), 0) is None
+
+
+def test_pods_counted_follow_each_pods_changes():
+    state = state_of(pod("w-0", phase="Succeeded"), pod("w-1"))
+    done, ready = pods_succeeded("ns", "x=y", 2), pods_ready("ns", "x=y", 1)
+    assert done.check(state, 0) is None
+    state.update("Pod", "MODIFIED", pod("w-1", phase="Succeeded"))
+    assert done.check(state, 0) == "2 pods succeeded"
+    state.update("Pod", "DELETED", pod("w-0"))
+    assert done.check(state, 0) is None
+    assert ready.check(state, 0) is None
+    state.update("Pod", "MODIFIED", pod("w-1", conditions=[{"type": "Ready", "status": "True"}]))
+    assert ready.check(state, 0) == "1 pods ready"
+
+
+def test_deleted_needs_a_listing_first():
+    cond = deleted(NAMESPACE, "kt2t-x")
+    state = ClusterState()
+    assert cond.check(state, 0) is None  # nothing listed yet: absence proves nothing
+    state.replace_all("Namespace", [{"metadata": {"name": "kt2t-x"}}])
+    assert cond.check(state, 0) is None
+    state.update("Namespace", "DELETED", {"metadata": {"name": "kt2t-x"}})
+    assert cond.check(state, 0) == "namespace kt2t-x deleted"
+
+
+def test_log_line_matches_returns_the_line_or_fails_when_the_log_ends():
+    cond = log_line_matches("ns", "w-0", re.compile(r"saved checkpoint at step (\d+)"))
+    (followed,) = cond.watches
+    state = ClusterState()
+    assert cond.check(state, 0) is None
+    state.apply((LOG_LINE, followed, "saved checkpoint at step 5"))
+    assert cond.check(state, 0) == "saved checkpoint at step 5"
+    other = ClusterState()
+    other.apply((LOG_END, followed, None))
+    with pytest.raises(JobFailed, match="the log of w-0 ended without a line matching") as failed:
+        cond.check(other, 0)
+    assert failed.value.pod == "w-0"
+
+
+def test_nodes_advertise_gpus_counts_ready_nodes_of_the_type():
+    def gpu_node(name, gpus, ready="True", kind="p4d.24xlarge"):
+        return {"metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": kind}},
+                "status": {"capacity": {"nvidia.com/gpu": str(gpus)},
+                           "conditions": [{"type": "Ready", "status": ready}]}}
+
+    cond = nodes_advertise_gpus("p4d.24xlarge", 2, 8)
+    assert cond.check(state_of(gpu_node("a", 8), gpu_node("b", 0), kind="Node"), 0) is None
+    assert cond.check(state_of(gpu_node("a", 8), gpu_node("b", 8, ready="False"), kind="Node"), 0) is None
+    assert cond.check(state_of(gpu_node("a", 8), gpu_node("b", 8), kind="Node"), 0) == "2 nodes advertise GPUs"

@@ -1,8 +1,9 @@
-"""Conditions re-derive only what changed (bench/harness.py cpu), with the same answers."""
+"""Conditions re-derive only what changed (bench/harness_costs.py cpu), with the same answers."""
 
 from __future__ import annotations
 
-from harness.wait import ClusterState, any_pod_failed, node_not_ready
+from harness.conditions import any_pod_failed, node_not_ready
+from harness.watch import ClusterState
 
 
 def pod(name, version, phase="Running", waiting=None, exit_code=None):

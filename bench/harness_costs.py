@@ -1,14 +1,15 @@
 """Harness benchmarks on a local cluster of its own: start-up, verdict latency, log capture at
 scale, API requests per test, CPU time of a 256-pod job. One `name: value unit` line per figure.
 
-    .venv/bin/python bench/harness.py                    # every figure (about 6 minutes)
-    .venv/bin/python bench/harness.py startup verdict    # some of them
-    .venv/bin/python bench/harness.py cpu --profile      # with a pyinstrument profile (pip install pyinstrument)
+    .venv/bin/python bench/harness_costs.py                    # every figure (about 9 minutes)
+    .venv/bin/python bench/harness_costs.py startup verdict    # some of them
+    .venv/bin/python bench/harness_costs.py cpu --profile      # with a pyinstrument profile (pip install pyinstrument)
 
-The cluster is a second local cluster (`KT2T_STATE=/tmp/kt2t-bench/cluster KT2T_PORT_OFFSET=300`),
-never the default one other sessions test on; it is brought down at the end (`--keep-cluster`
-leaves it running for the next invocation). The 1 MiB canned log the log figures use,
-`hack/canned-logs/bench-1mib.log`, is written at start and removed at the end.
+The cluster is a local cluster of its own (`KT2T_STATE=/tmp/kt2t-bench/cluster KT2T_PORT_OFFSET=300`
+unless KT2T_STATE and KT2T_PORT_OFFSET are set), never the default one other sessions test on; it
+is brought down at the end (`--keep-cluster` leaves it running for the next invocation). The 1 MiB
+canned log the log figures use, `hack/canned-logs/bench-1mib.log`, is written at start and removed
+at the end. Run it with the project's venv: it imports the installed `harness` package.
 """
 
 from __future__ import annotations
@@ -31,19 +32,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from harness.cluster import Cluster
+from harness.conditions import any_pod_failed, deleted, job_failed, job_succeeded, node_not_ready, pods_ready
+from harness.errors import JobFailed
+from harness.logs import capture_pod_logs
+from harness.resources import JOB, NAMESPACE, NODE, POD, Obj
+from harness.wait import wait_for
 
-from harness.cluster import JOB, NAMESPACE, NODE, POD, Cluster, Obj  # noqa: E402
-from harness.errors import JobFailed  # noqa: E402
-from harness.logs import capture_pod_logs  # noqa: E402
-from harness.wait import any_pod_failed, job_failed, job_succeeded, node_not_ready, pods_ready, wait_for  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 PYTHON = Path(sys.executable)
 BINARY = PYTHON.parent / "e2e-nvidia-training"
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
 WORK = Path("/tmp/kt2t-bench")
-CLUSTER_ENV = {"KT2T_STATE": str(WORK / "cluster"), "KT2T_PORT_OFFSET": "300"}
+# The bench's own cluster; KT2T_STATE and KT2T_PORT_OFFSET in the environment choose another.
+CLUSTER_ENV = {"KT2T_STATE": os.environ.get("KT2T_STATE") or str(WORK / "cluster"),
+               "KT2T_PORT_OFFSET": os.environ.get("KT2T_PORT_OFFSET") or "300"}
 CANNED_LOG = REPO / "hack" / "canned-logs" / "bench-1mib.log"
 ANNOTATION = "kubetest2-training.local"
 # The canned log of the binary's pods: the node agent runs pods for real unless one is named.
@@ -84,7 +88,8 @@ def local_cluster(*args: str, timeout: float = 600) -> str:
 @contextlib.contextmanager
 def bench_cluster(keep: bool) -> Iterator[str]:
     """Up the bench cluster (2 cpu nodes); yield its kubeconfig; down it unless `keep`."""
-    progress("hack/local-cluster up (KT2T_STATE=/tmp/kt2t-bench/cluster, KT2T_PORT_OFFSET=300)")
+    progress(f"hack/local-cluster up (KT2T_STATE={CLUSTER_ENV['KT2T_STATE']}, "
+             f"KT2T_PORT_OFFSET={CLUSTER_ENV['KT2T_PORT_OFFSET']})")
     kubeconfig = local_cluster("up").strip().splitlines()[-1]
     try:
         yield kubeconfig
@@ -257,7 +262,7 @@ def bench_verdict(kubeconfig: str, repeats: int) -> None:
                 )
             )
             cluster.delete(POD, f"{name}-pod", ns)
-            cluster.wait_deleted(POD, f"{name}-pod", ns, timeout=30)
+            wait_for(cluster, deleted(POD, f"{name}-pod", ns), timeout=30)
             job_complete.append(
                 _one_verdict(
                     cluster,

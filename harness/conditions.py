@@ -1,0 +1,239 @@
+"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded or
+failed, nodes NotReady or advertising GPUs, an object deleted, a line in a pod's log.
+
+A condition that judges many objects (pods, nodes) keeps its answer up to date from the objects
+changed since it last looked (a ChangeCursor) and caches each object's verdict by
+resourceVersion: a pod event costs O(1), not O(pods) (bench/harness_costs.py cpu).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from harness.errors import JobFailed
+from harness.pods import pod_failure_reason, true_condition
+from harness.resources import JOB, MPIJOB, NODE, POD, Obj, Resource
+from harness.topology import GPU_RESOURCE, NodeInfo
+from harness.wait import Condition
+from harness.watch import ChangeCursor, ClusterState, FollowedLog, Key, Watched
+
+
+def _reached(resource: Resource, namespace: str, name: str, condition_type: str, verb: str) -> Condition:
+    """The object `name` of `resource` has `condition_type`=True; described as "<kind> <name> <verb>"."""
+    label = resource.kind.lower()
+    watches = (Watched(resource, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        cond = true_condition(state.get(resource.kind, namespace, name), condition_type)
+        if cond is None:
+            return None
+        detail = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        return f"{label} {name} {verb}" + (f": {detail}" if detail and condition_type == "Failed" else "")
+
+    return Condition(f"{label} {name} to {'succeed' if verb == 'succeeded' else 'fail'}", watches, check)
+
+
+def job_succeeded(namespace: str, name: str) -> Condition:
+    """A batch/v1 Job is Complete."""
+    return _reached(JOB, namespace, name, "Complete", "succeeded")
+
+
+def job_failed(namespace: str, name: str) -> Condition:
+    return _reached(JOB, namespace, name, "Failed", "failed")
+
+
+def mpijob_succeeded(namespace: str, name: str) -> Condition:
+    """An MPIJob (kubeflow.org/v2beta1) is Succeeded."""
+    return _reached(MPIJOB, namespace, name, "Succeeded", "succeeded")
+
+
+def mpijob_failed(namespace: str, name: str) -> Condition:
+    return _reached(MPIJOB, namespace, name, "Failed", "failed")
+
+
+def deleted(resource: Resource, name: str, namespace: str | None = None) -> Condition:
+    """The object is gone (never there counts too, once it has been listed)."""
+    watches = (Watched(resource, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        gone = state.listed(resource.kind) and state.get(resource.kind, namespace or "", name) is None
+        return f"{resource.kind.lower()} {name} deleted" if gone else None
+
+    return Condition(f"{resource.kind.lower()} {name} to be deleted", watches, check)
+
+
+def log_line_matches(namespace: str, pod: str, pattern: re.Pattern[str], container: str | None = None) -> Condition:
+    """A line of the pod's log matches `pattern` (the line is the description); JobFailed if the
+    log ends without one. For "mid-training" moments only the workload's output shows."""
+    followed = FollowedLog(namespace, pod, pattern, container)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        lines = state.log_lines(followed)
+        if lines:
+            return lines[0]
+        if state.log_ended(followed):
+            raise JobFailed(f"the log of {pod} ended without a line matching {pattern.pattern!r}", pod)
+        return None
+
+    return Condition(f"a line matching {pattern.pattern!r} in the log of {pod}", (followed,), check)
+
+
+class _MatchingPods:
+    """How many watched pods satisfy a predicate, kept up to date from the pods that changed."""
+
+    def __init__(self, predicate: Callable[[Obj], bool]) -> None:
+        self.predicate = predicate
+        self.cursor = ChangeCursor("Pod")
+        self.matching: set[Key] = set()
+
+    def count(self, state: ClusterState) -> int:
+        changed, fresh = self.cursor.changed(state)
+        if fresh:
+            self.matching.clear()
+        for key in changed:
+            pod = state.get("Pod", *key)
+            if pod is not None and self.predicate(pod):
+                self.matching.add(key)
+            else:
+                self.matching.discard(key)
+        return len(self.matching)
+
+
+def _pods_counted(namespace: str, label_selector: str, count: int, predicate: Callable[[Obj], bool],
+                  awaited: str, seen_as: str) -> Condition:
+    matching = _MatchingPods(predicate)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        seen = matching.count(state)
+        return f"{seen} pods {seen_as}" if seen >= count else None
+
+    return Condition(f"{count} pods ({label_selector}) to {awaited}", (Watched(POD, namespace, label_selector),),
+                     check)
+
+
+def pods_ready(namespace: str, label_selector: str, count: int) -> Condition:
+    """At least `count` of the selected pods are Ready."""
+    return _pods_counted(namespace, label_selector, count, lambda pod: true_condition(pod, "Ready") is not None,
+                         "be ready", "ready")
+
+
+def pods_succeeded(namespace: str, label_selector: str, count: int) -> Condition:
+    """At least `count` of the selected pods are in phase Succeeded."""
+    return _pods_counted(namespace, label_selector, count,
+                         lambda pod: pod.get("status", {}).get("phase") == "Succeeded", "succeed", "succeeded")
+
+
+class _FailingPods:
+    """The failing pods, kept up to date from the pods changed since the last look; pods under a
+    grace period are judged again on every look. The first failure in (namespace, name) order is
+    the answer, as a full scan would give."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.cursor = ChangeCursor("Pod")
+        self.failing: dict[Key, tuple[str, str]] = {}  # key -> (pod name, reason)
+        self.timed: set[Key] = set()  # pods whose verdict depends on the clock
+        # uid -> (resourceVersion, reason): a pod's verdict changes only with a new version of
+        # it unless a grace period is running, so a re-list does not judge every pod again.
+        self.verdicts: dict[str, tuple[str, str | None]] = {}
+
+    def first(self, state: ClusterState, now: float) -> tuple[str, str] | None:
+        """(pod name, reason) of the first failing pod, or None."""
+        changed, fresh = self.cursor.changed(state)
+        if fresh:
+            self.failing.clear()
+            self.timed.clear()
+        for key in {*changed, *self.timed}:
+            self.timed.discard(key)
+            self.failing.pop(key, None)
+            pod = state.get("Pod", *key)
+            if pod is not None:
+                self._judge(key, pod, state, now)
+        return self.failing[min(self.failing)] if self.failing else None
+
+    def _judge(self, key: Key, pod: Obj, state: ClusterState, now: float) -> None:
+        meta = pod["metadata"]
+        uid, version = meta.get("uid") or meta["name"], meta.get("resourceVersion")
+        cached = self.verdicts.get(uid)
+        if version is not None and cached is not None and cached[0] == version:
+            reason = cached[1]
+        else:
+            time_checks = state.time_checks
+            reason = pod_failure_reason(pod, now, self.grace, state.held_for)
+            if state.time_checks != time_checks:
+                self.timed.add(key)
+            elif version is not None:
+                self.verdicts[uid] = (version, reason)
+        if reason is not None:
+            self.failing[key] = meta["name"], reason
+
+
+def any_pod_failed(namespace: str, label_selector: str, grace: float) -> Condition:
+    """A pod Failed, OOMKilled, crash-looping, or unschedulable / not pulling past `grace`."""
+    failing = _FailingPods(grace)
+
+    def check(state: ClusterState, now: float) -> str | None:
+        found = failing.first(state, now)
+        return found[1] if found else None
+
+    def blame(state: ClusterState, now: float) -> str | None:
+        found = failing.first(state, now)
+        return found[0] if found else None
+
+    return Condition(f"a pod ({label_selector}) to fail", (Watched(POD, namespace, label_selector),), check, blame)
+
+
+class _NodesNotReady:
+    """The first of some nodes that is NotReady or gone, judged again only after a node changed;
+    each node's readiness cached by resourceVersion (256 nodes: O(nodes x events) otherwise)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.cursor = ChangeCursor("Node")
+        self.answer: str | None = None
+        self.verdicts: dict[str, tuple[str, str | None]] = {}  # name -> (resourceVersion, reason)
+
+    def first(self, state: ClusterState) -> str | None:
+        changed, fresh = self.cursor.changed(state)
+        if not state.count("Node"):
+            return None  # not listed yet
+        if changed or fresh:
+            self.answer = next(filter(None, (self._verdict(name, state) for name in self.names)), None)
+        return self.answer
+
+    def _verdict(self, name: str, state: ClusterState) -> str | None:
+        node = state.get("Node", "", name)
+        if node is None:
+            return f"node {name} was removed from the cluster"
+        version = node["metadata"].get("resourceVersion")
+        cached = self.verdicts.get(name)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        ready = next((c for c in node.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        reason = None
+        if ready is None or ready.get("status") != "True":
+            why = (ready or {}).get("message") or (ready or {}).get("reason") or "no Ready condition"
+            reason = f"node {name} is NotReady: {why}"
+        if version is not None:
+            self.verdicts[name] = (version, reason)
+        return reason
+
+
+def node_not_ready(node_names: Iterable[str]) -> Condition:
+    """One of the nodes the job runs on went NotReady (or vanished)."""
+    names = sorted(set(node_names))
+    nodes = _NodesNotReady(names)
+    return Condition(f"nodes {', '.join(names)} to go NotReady", (Watched(NODE),),
+                     lambda state, _now: nodes.first(state))
+
+
+def nodes_advertise_gpus(node_type: str, count: int, per_node: int) -> Condition:
+    """At least `count` Ready nodes of `node_type` advertise `per_node` GPUs or more."""
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        infos = [NodeInfo.from_node(n) for n in state.of_kind("Node")]
+        good = [n for n in infos if n.ready and n.instance_type == node_type and n.gpus >= per_node]
+        return f"{len(good)} nodes advertise GPUs" if len(good) >= count else None
+
+    return Condition(f"{count} {node_type} nodes to advertise >= {per_node} {GPU_RESOURCE}", (Watched(NODE),), check)

@@ -1,0 +1,42 @@
+"""A job's measurements: metrics read from its captured logs with each rank placed on its pod and
+node, and recorded as JUnit properties (the aggregate of each metric and every rank's value)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness.logs import CapturedLog
+from harness.metrics import WorkloadMetrics, combine, read_lines, scan_lines
+from harness.testing import TestContext
+
+# Not reported in the one-line summary: identities, not measurements.
+UNSUMMARIZED = ("rank", "world_size", "params_checksum")
+
+
+def job_metrics(captured: list[CapturedLog], locations: Mapping[int, tuple[str, str]]) -> WorkloadMetrics:
+    """The metrics of every rank in the logs (current instances only), located on pod and node."""
+    logs = [entry for entry in captured if not entry.previous and entry.path.exists()]
+    parsed = combine([scan_lines(read_lines(entry.path), entry.pod) for entry in logs])
+    for rank in parsed.ranks:
+        pod, node = locations.get(rank.rank, (None, None))
+        rank.pod = rank.pod or pod
+        rank.node = rank.node or node
+    return parsed
+
+
+def record_metrics(t: TestContext, metrics: WorkloadMetrics) -> None:
+    """Metrics into the test's JUnit properties, and a one-line summary into its log."""
+    t.property("metrics.workload", metrics.workload)
+    t.property("metrics.ranks", len(metrics.ranks))
+    summary = metrics.aggregate()
+    for key, stats in summary.items():
+        for stat, value in stats.items():
+            t.property(f"metrics.{key}.{stat}", f"{value:.6g}")
+    for rank in sorted(metrics.ranks, key=lambda r: r.rank):
+        for key, value in rank.values.items():
+            if isinstance(value, (int, float, str)):
+                t.property(f"rank.{rank.rank}.{key}", value)
+        t.property(f"rank.{rank.rank}.node", rank.node or "?")
+    t.logf("metrics: %d ranks; %s", len(metrics.ranks), "; ".join(
+        f"{k} median {v['median']:.4g} (min {v['min']:.4g}, max {v['max']:.4g})"
+        for k, v in summary.items() if k not in UNSUMMARIZED))

@@ -1,0 +1,51 @@
+"""The test's namespace: --namespace as given, else a new one per run and test, deleted after it."""
+
+from __future__ import annotations
+
+import re
+
+from harness.conditions import deleted
+from harness.errors import Interrupted, WaitTimeout
+from harness.labels import base_labels
+from harness.resources import NAMESPACE
+from harness.testing import TestContext
+from harness.wait import wait_for
+
+# How long teardown waits for a test namespace to go before leaving it to the API server.
+NAMESPACE_DELETE_SECONDS = 120.0
+
+
+def namespace_name(run_id: str, test_name: str) -> str:
+    """kt2t-<run id>-<test>: leftovers of an interrupted run are easy to find."""
+    test = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")
+    run = re.sub(r"[^a-z0-9]+", "", run_id.lower())[:8] or "run"
+    return f"kt2t-{run}-{test}"[:63].rstrip("-")
+
+
+def namespace_for(t: TestContext) -> str:
+    """The namespace the test's objects go in, created (with the managed-by label, for
+    `python -m harness.cleanup`) on first use; its deletion is registered as teardown."""
+    if t.namespace_name is not None:
+        return t.namespace_name
+    if t.cfg.namespace is not None:
+        t.namespace_name = t.cfg.namespace
+        return t.cfg.namespace
+    name = namespace_name(t.cfg.run_id, t.name)
+    t.cluster.ensure_namespace(name, base_labels(t.cfg.run_id, t.name))
+    t.namespace_name = name
+    if t.cfg.keep_resources:
+        t.cleanup(lambda: t.logf("KEEP_RESOURCES=true: namespace %s left in place", name), "keep namespace")
+    else:
+        t.cleanup(lambda: _delete_namespace(t, name), f"delete namespace {name}")
+    return name
+
+
+def _delete_namespace(t: TestContext, name: str) -> None:
+    t.cluster.delete(NAMESPACE, name)
+    try:
+        wait_for(t.cluster, deleted(NAMESPACE, name), timeout=NAMESPACE_DELETE_SECONDS, cancel=t.cancel)
+    except WaitTimeout:
+        t.logf("namespace %s still terminating after %.0fs; left to the API server", name,
+               NAMESPACE_DELETE_SECONDS)
+    except Interrupted:
+        t.logf("namespace %s deleted without waiting (the run was cancelled)", name)

@@ -1,0 +1,191 @@
+"""A job's life: launch (render for its launcher, apply), wait (failing fast), capture logs, read
+metrics, and teardown (logs first, then events, the objects on failure, delete) on every path."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.cluster import Cluster
+from harness.conditions import any_pod_failed, node_not_ready
+from harness.config import pod_environment_passthrough
+from harness.errors import ConfigError, JobFailed
+from harness.junit import Outcome
+from harness.labels import base_labels, job_labels, job_selector
+from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
+from harness.logs import CapturedLog, capture_pod_logs, last_lines
+from harness.manifests import dump_objects, render, save
+from harness.measurements import job_metrics, record_metrics
+from harness.metrics import WorkloadMetrics
+from harness.namespaces import namespace_for
+from harness.resources import EVENT, POD, Obj
+from harness.testing import TestContext
+from harness.wait import Condition, wait_for
+from harness.watch import ChangeCursor, ClusterState
+
+# Bytes of each pod's log kept in the JUnit <system-out> (the full log is in logs/).
+JUNIT_LOG_HEAD = 16 * 1024
+JUNIT_LOG_TAIL = 48 * 1024
+
+
+def require_launcher(cluster: Cluster, launcher: Launcher, needed_by: str, otherwise: str) -> None:
+    """ConfigError unless the cluster serves the API the launcher needs (the MPIJob CRD)."""
+    if launcher.needs_api is None:
+        return
+    api_version, kind = launcher.needs_api
+    if not cluster.serves(api_version, kind):
+        raise ConfigError(f"{needed_by} needs the {kind} CRD ({api_version}), which this cluster does not serve: "
+                          f"install mpi-operator or {otherwise}")
+
+
+def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placement:
+    """Where the workload runs: the topology's nodes (its first `workload.nodes` of them), the
+    configuration's images, annotations and timeout."""
+    topology, cfg = t.topology, t.cfg
+    nodes = topology.node_names[: workload.nodes] if workload.nodes else topology.node_names
+    return Placement(
+        namespace=namespace, labels=job_labels(base_labels(cfg.run_id, t.name), workload.job_name),
+        pod_annotations=cfg.pod_annotations, pod_env=pod_environment_passthrough(),
+        node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
+        efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
+        job_timeout=cfg.job_timeout)
+
+
+@dataclass
+class TrainingJob:
+    """One launched workload; created by `launch(t, workload)`."""
+
+    t: TestContext
+    workload: Workload
+    launcher: Launcher
+    placement: Placement
+    # The latest version of every pod seen while waiting (a deleted pod keeps its node for the report).
+    pods_seen: dict[str, Obj] = field(default_factory=dict)
+    _captured: list[CapturedLog] | None = None
+    _pod_changes: ChangeCursor = field(default_factory=lambda: ChangeCursor("Pod"))
+
+    @property
+    def namespace(self) -> str:
+        return self.placement.namespace
+
+    @property
+    def selector(self) -> str:
+        return job_selector(self.workload.job_name)
+
+    @property
+    def node_count(self) -> int:
+        return self.placement.node_count
+
+    @property
+    def world_size(self) -> int:
+        return self.placement.world_size
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def fails_on(self) -> list[Condition]:
+        """What fails the job at once: its owner failing, a pod failing, one of its nodes NotReady."""
+        return [*self.launcher.failed(self.workload, self.placement),
+                any_pod_failed(self.namespace, self.selector, self.t.cfg.pod_failure_grace),
+                node_not_ready(self.placement.node_names)]
+
+    def wait_succeeded(self) -> None:
+        """Wait for success within JOB_TIMEOUT; a failed pod fails at once with its last lines."""
+        started = time.monotonic()
+        try:
+            message = self.wait(self.launcher.succeeded(self.workload, self.placement))
+        except JobFailed as exc:
+            captured = self.capture_logs()
+            tail = last_lines(captured, exc.pod) if exc.pod else ""
+            raise JobFailed(f"{exc}\n{tail}".rstrip(), exc.pod) from None
+        self.t.property("job.seconds", f"{time.monotonic() - started:.2f}")
+        self.t.logf("%s after %.1fs", message, time.monotonic() - started)
+
+    def wait(self, condition: Condition, timeout: float | None = None) -> str:
+        """Wait for a condition of this job (pods ready, a log line) while failing fast."""
+        return wait_for(self.t.cluster, condition, fails_on=self.fails_on(),
+                        timeout=self.t.cfg.job_timeout if timeout is None else timeout,
+                        cancel=self.t.cancel, on_event=self._remember_pods)
+
+    def _remember_pods(self, state: ClusterState) -> None:
+        """Keep the latest version of every pod seen; only the pods changed since the last event are read."""
+        changed, _ = self._pod_changes.changed(state)
+        for key in changed:
+            pod = state.get("Pod", *key)
+            if pod is not None:
+                self.pods_seen[pod["metadata"]["name"]] = pod
+
+    # -- logs and metrics ------------------------------------------------------------------------
+
+    def pods(self) -> list[Obj]:
+        return self.t.cluster.list(POD, self.namespace, label_selector=self.selector).get("items", [])
+
+    def capture_logs(self) -> list[CapturedLog]:
+        """Capture every pod's logs once (before anything is deleted) and attach them to JUnit."""
+        if self._captured is None:
+            pods = self.pods()
+            self.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
+            self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, self.t.artifacts_dir / "logs")
+            for entry in self._captured:
+                self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
+            self.t.property("pods.logs_captured", len(self._captured))
+        return self._captured
+
+    def metrics(self) -> WorkloadMetrics:
+        """Metrics of every rank, each rank located on its pod and node."""
+        captured = self.capture_logs()  # also remembers the pods it found
+        return job_metrics(captured, rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node))
+
+    def report(self, metrics: WorkloadMetrics) -> None:
+        record_metrics(self.t, metrics)
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        """Logs first (on every path), then events and, on failure, the objects; then delete."""
+        self.capture_logs()
+        self._save_events()
+        if self.t.result.outcome is not Outcome.PASS:
+            self._save_objects()
+        if not self.t.cfg.keep_resources:
+            for name in self.launcher.owners(self.workload, self.placement):
+                self.t.cluster.delete(self.launcher.owner, name, self.namespace)
+
+    def _save_events(self) -> None:
+        events = self.t.cluster.list(EVENT, self.namespace).get("items", [])
+        lines = [f"{e.get('lastTimestamp') or e.get('eventTime') or ''} {e.get('type', '')} "
+                 f"{e.get('involvedObject', {}).get('kind', '')}/{e.get('involvedObject', {}).get('name', '')} "
+                 f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]
+        (self.t.artifacts_dir / "events.txt").write_text("\n".join(lines) + "\n")
+
+    def _save_objects(self) -> None:
+        owners = [self.t.cluster.get(self.launcher.owner, name, self.namespace)
+                  for name in self.launcher.owners(self.workload, self.placement)]
+        live = [obj for obj in (*owners, *self.pods()) if obj]
+        (self.t.artifacts_dir / "objects.yaml").write_text(dump_objects(live))
+
+
+def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
+    """The objects of every rendering; saved (secrets redacted) one file per template."""
+    by_template: dict[str, list[Obj]] = {}
+    for rendering in renderings:
+        by_template.setdefault(rendering.template, []).extend(render(rendering.template, rendering.fields))
+    for template, objects in by_template.items():
+        save(save_to, template, objects)
+    return [obj for objects in by_template.values() for obj in objects]
+
+
+def launch(t: TestContext, workload: Workload) -> TrainingJob:
+    """Render and apply the workload for its launcher (LAUNCHER unless it names one); its teardown
+    is registered before anything is applied."""
+    launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
+    placement = placement_for(t, namespace_for(t), workload)
+    objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
+    job = TrainingJob(t, workload, launcher, placement)
+    t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
+    for obj in objects:
+        t.cluster.apply(obj)
+    t.logf("launched %s (%s launcher, %d nodes x %d processes, image %s) in namespace %s",
+           workload.job_name, launcher.name, placement.node_count, placement.processes_per_node,
+           workload.image or placement.image, placement.namespace)
+    return job

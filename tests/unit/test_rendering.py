@@ -1,0 +1,89 @@
+"""Launchers render a workload on a placement without a cluster: torchrun, mpi and per-node."""
+
+from __future__ import annotations
+
+from harness.labels import MANAGED_BY, MANAGED_BY_LABEL
+from harness.launchers import LAUNCHERS, Placement, Workload, rank_locations
+from harness.manifests import render
+
+LABELS = {MANAGED_BY_LABEL: MANAGED_BY, "kubetest2-training/job": "bert-training"}
+
+
+def placement(accelerator="nvidia", nodes=("n0", "n1"), per_node=8, efa=4) -> Placement:
+    return Placement(namespace="ns", labels=LABELS, pod_annotations={"a": "b"}, pod_env={"NCCL_DEBUG": "WARN"},
+                     node_type="p4d.24xlarge", node_names=nodes, processes_per_node=per_node, efa_per_node=efa,
+                     accelerator=accelerator, image="repo/train:1", job_timeout=1200.0)
+
+
+def objects(launcher: str, workload: Workload, where: Placement) -> list[dict]:
+    return [obj for r in LAUNCHERS[launcher].renderings(workload, where) for obj in render(r.template, r.fields)]
+
+
+def container(obj: dict) -> dict:
+    return obj["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(c: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c["env"]}
+
+
+def test_torchrun_on_gpus_asks_for_gpus_and_efa_and_launches_every_process():
+    bert = Workload("bert-training", "workloads.bert", ("--size", "base"))
+    service, job = objects("torchrun", bert, placement())
+    assert service["kind"] == "Service" and job["spec"]["completions"] == 2
+    worker = container(job)
+    assert worker["args"][:2] == ["--nnodes=2", "--nproc-per-node=8"]
+    assert worker["args"][-4:] == ["-m", "workloads.bert", "--size", "base"]
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
+    env = env_of(worker)
+    assert env["MASTER_ADDR"] == "bert-training-0.bert-training" and env["NUM_GPUS_PER_NODE"] == "8"
+    assert env["NCCL_DEBUG"] == "WARN"  # the caller's NCCL_* reach the pods
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    assert job["spec"]["activeDeadlineSeconds"] == 1260
+
+
+def test_torchrun_on_cpu_asks_for_cpus_and_elastic_tolerates_a_lost_worker():
+    elastic = Workload("nanogpt-elastic", "workloads.nanogpt", elastic=True, max_restarts=3)
+    _, job = objects("torchrun", elastic, placement("cpu", per_node=1, efa=0))
+    worker = container(job)
+    assert worker["resources"] == {"requests": {"cpu": "1"}}
+    assert "--rdzv-backend=c10d" in worker["args"] and "--max-restarts=3" in worker["args"]
+    assert job["spec"]["backoffLimit"] == 4
+    assert env_of(worker)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_mpi_runs_one_slot_per_process_on_every_worker():
+    nccl = Workload("nccl-tests-2n", binary="/opt/nccl-tests/build/all_reduce_perf", args=("-b", "8"),
+                    image="repo/nccl:1", launcher="mpi")
+    (mpijob,) = objects("mpi", nccl, placement())
+    launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    command = launcher["command"]
+    assert command[:5] == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "16"]
+    assert command[-3:] == ["/opt/nccl-tests/build/all_reduce_perf", "-b", "8"]
+    assert launcher["image"] == "repo/nccl:1"
+    assert mpijob["spec"]["slotsPerWorker"] == 8
+    assert env_of(launcher)["MASTER_ADDR"] == "nccl-tests-2n-worker-0.nccl-tests-2n-worker"
+
+
+def test_per_node_pins_one_job_to_each_node():
+    listing = Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image="repo/nccl:1", launcher="per-node")
+    jobs = objects("per-node", listing, placement(nodes=("ip-10-0-1-5.ec2.internal", "n1")))
+    assert [j["metadata"]["name"] for j in jobs] == ["gpu-capacity-ip-10-0-1-5.ec2.internal", "gpu-capacity-n1"]
+    assert [j["spec"]["template"]["spec"]["nodeName"] for j in jobs] == ["ip-10-0-1-5.ec2.internal", "n1"]
+    assert container(jobs[0])["command"] == ["nvidia-smi", "-L"]
+    launcher = LAUNCHERS["per-node"]
+    assert launcher.succeeded(listing, placement()).name == "2 pods (kubetest2-training/job=gpu-capacity) to succeed"
+
+
+def test_ranks_are_located_on_their_pods_and_nodes():
+    def pod(name, node, index=None, deleting=False):
+        meta = {"name": name, "annotations": {"batch.kubernetes.io/job-completion-index": index} if index else {}}
+        if deleting:
+            meta["deletionTimestamp"] = "now"
+        return {"metadata": meta, "spec": {"nodeName": node}}
+
+    torchrun = [pod("j-0-abc", "n0", "0"), pod("j-1-def", "n1", "1"), pod("j-1-old", "n9", "1", deleting=True)]
+    assert rank_locations(torchrun, 2) == {0: ("j-0-abc", "n0"), 1: ("j-0-abc", "n0"), 2: ("j-1-def", "n1"),
+                                           3: ("j-1-def", "n1")}
+    mpi = [pod("j-launcher", "n0"), pod("j-worker-1", "n1"), pod("j-worker-0", "n0")]
+    assert rank_locations(mpi, 1) == {0: ("j-worker-0", "n0"), 1: ("j-worker-1", "n1")}
