@@ -21,7 +21,7 @@ from .api import ApiClient, ApiError
 from .components import MPI_OPERATOR_LOCK_NAMESPACE, Component, components, is_healthy, kubeconfig_path, process_env
 from .kubeconfig import write_kubeconfig
 from .pki import CLIENT_IDENTITIES, Pki
-from .processes import ProcessRecord
+from .processes import ProcessRecord, code_fingerprint
 from .settings import Settings
 
 # Written into the state folder by `up`; `down` deletes only a folder that carries it.
@@ -122,6 +122,11 @@ class LocalCluster:
     def ensure_running(self, component: Component) -> None:
         record = self.record(component)
         pid = record.running_pid()
+        fingerprint = code_fingerprint(component.argv, component.code_files)
+        if pid is not None and record.recorded_fingerprint() != fingerprint:
+            progress(f"{component.name}: pid {pid} runs older code or binaries; restarting it")
+            record.stop()
+            pid = None
         if pid is not None and is_healthy(component, self.pki):
             progress(f"{component.name}: running (pid {pid})")
             return
@@ -136,7 +141,8 @@ class LocalCluster:
         if component.name == "kwok":
             self.release_node_leases()
         log_file = self.log_file(component)
-        pid = record.start(component.argv, log_file, env=process_env(component), cwd=self.settings.state_dir)
+        pid = record.start(component.argv, log_file, env=process_env(component), cwd=self.settings.state_dir,
+                           fingerprint=fingerprint)
         progress(f"{component.name}: started (pid {pid}, log {log_file})")
         self.wait_healthy(component, record, self.settings.wait_timeout_s)
 

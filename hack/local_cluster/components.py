@@ -29,6 +29,8 @@ class Component:
     health_url: str
     port: int | None
     env: dict[str, str] = field(default_factory=dict)
+    # Files besides the executable whose change means the running process is stale (kwok's stages).
+    code_files: list[Path] = field(default_factory=list)
 
     def kubeconfig_identity(self) -> str | None:
         """The client identity whose kubeconfig the component reads, if any."""
@@ -163,7 +165,7 @@ class ComponentCommands:
             f"--cidr={POD_CIDR}",
             # Logs objects come from the API (the node agent makes one per pod), not from --config.
             "--enable-crds=Logs",
-        ], *self.https_health("kwok"))
+        ], *self.https_health("kwok"), code_files=[self.settings.stages_file])
 
     def mpi_operator(self) -> Component:
         """Supervised: mpi-operator exits whenever it loses its leader lease (see supervisor.py)."""

@@ -8,8 +8,10 @@ same command line. Nothing here ever signals a process by name or group.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -32,6 +34,16 @@ class ProcessRecord:
     def cmdline_file(self) -> Path:
         return self.run_dir / f"{self.name}.cmdline.json"
 
+    @property
+    def fingerprint_file(self) -> Path:
+        return self.run_dir / f"{self.name}.fingerprint"
+
+    def recorded_fingerprint(self) -> str | None:
+        try:
+            return self.fingerprint_file.read_text().strip()
+        except OSError:
+            return None
+
     def recorded_pid(self) -> int | None:
         try:
             return int(self.pid_file.read_text().strip())
@@ -52,8 +64,9 @@ class ProcessRecord:
         return pid if _runs(pid, argv) else None
 
     def start(self, argv: list[str], log_file: Path, env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> int:
-        """Starts argv detached from this process (own session, stdin closed), output to log_file."""
+              cwd: Path | None = None, fingerprint: str = "") -> int:
+        """Starts argv detached from this process (own session, stdin closed), output to log_file;
+        `fingerprint` records what code it was started from (see code_fingerprint)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "ab") as log:
@@ -61,6 +74,7 @@ class ProcessRecord:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=env, cwd=cwd, start_new_session=True)
         self.cmdline_file.write_text(json.dumps(argv))
+        self.fingerprint_file.write_text(fingerprint + "\n")
         self.pid_file.write_text(f"{process.pid}\n")
         # Popen can return while the child is still inside exec (its /proc cmdline not yet argv):
         # wait for the exec to show, so that running_pid() is right from now on.
@@ -87,9 +101,22 @@ class ProcessRecord:
                 while _runs(pid, argv) and time.monotonic() < deadline:
                     time.sleep(0.1)
             stopped = True
-        self.pid_file.unlink(missing_ok=True)
-        self.cmdline_file.unlink(missing_ok=True)
+        for path in (self.pid_file, self.cmdline_file, self.fingerprint_file):
+            path.unlink(missing_ok=True)
         return stopped
+
+
+def code_fingerprint(argv: list[str], extra_files: list[Path]) -> str:
+    """What a component runs: its executable resolved (the binary cache's path names the version),
+    the sources of this package when it runs one of our modules, and `extra_files` (kwok's stages).
+    `up` restarts a running component whose fingerprint changed, so a checkout that moved on never
+    tests against processes started from older code."""
+    digest = hashlib.sha256(str(Path(shutil.which(argv[0]) or argv[0]).resolve()).encode())
+    package = Path(__file__).resolve().parent
+    sources = sorted(package.glob("*.py")) if any(a.startswith(f"{package.name}.") for a in argv) else []
+    for path in [*sources, *extra_files]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _runs(pid: int, argv: list[str]) -> bool:

@@ -13,9 +13,11 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -374,3 +376,25 @@ def test_restarting_the_api_server_keeps_the_cluster_working(cluster: LocalClust
     # Every component is back (mpi-operator exits on losing its lease; its supervisor restarts it).
     wait_for(lambda: subprocess.run([str(LOCAL_CLUSTER), "status"], capture_output=True, check=False).returncode == 0,
              60, "every component healthy after the restart")
+
+
+def local_cluster_settings() -> Any:
+    """hack/local_cluster's Settings, as `hack/local-cluster` resolves them from this environment."""
+    sys.path.insert(0, str(REPO / "hack"))
+    from local_cluster.settings import Settings
+
+    return Settings.from_env(dict(os.environ))
+
+
+def test_up_restarts_a_component_started_from_other_code(cluster: LocalCluster):
+    """A checkout that moved on must not keep testing against a node agent started from older code."""
+    state = local_cluster_settings().state_dir
+    pid_before = (state / "run" / "node-agent.pid").read_text().strip()
+    (state / "run" / "node-agent.fingerprint").write_text("older-code\n")
+    done = subprocess.run([str(LOCAL_CLUSTER), "up"], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "node-agent: pid" in done.stderr and "runs older code or binaries; restarting it" in done.stderr
+    assert (state / "run" / "node-agent.pid").read_text().strip() != pid_before
+    assert (state / "run" / "node-agent.fingerprint").read_text().strip() != "older-code"
+    assert "restarting" not in subprocess.run([str(LOCAL_CLUSTER), "up"], capture_output=True, text=True,
+                                              timeout=300, check=False).stderr
