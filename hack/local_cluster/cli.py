@@ -132,8 +132,9 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
 
 def node_readiness(api: ApiClient, node: str, not_ready: bool, timeout_s: float) -> int:
     nodes.set_not_ready(api, node, not_ready)
-    wait_until(lambda: nodes.node_is_ready(api.get("Node", node)) != not_ready, timeout_s,
-               f"node {node} to be {'NotReady' if not_ready else 'Ready'}")
+    reached = (lambda n: not nodes.node_is_ready(n)) if not_ready else nodes.node_accepts_pods
+    wait_until(lambda: reached(api.get("Node", node)), timeout_s,
+               f"node {node} to be {'NotReady' if not_ready else 'Ready and untainted'}")
     progress(f"node {node}: {'NotReady' if not_ready else 'Ready'}")
     return 0
 

@@ -186,13 +186,14 @@ class LocalCluster:
 
         def nodes_ready() -> bool:
             managed = nodes.managed_nodes(api)
-            return bool(managed) and all(nodes.node_is_ready(n) for n in managed)
+            return bool(managed) and all(nodes.node_accepts_pods(n) for n in managed)
 
         def node_states() -> str:
             managed = nodes.managed_nodes(api)
-            return ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)}" for n in managed)
+            return ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)} "
+                             f"accepts pods={nodes.node_accepts_pods(n)}" for n in managed)
 
-        wait_until(nodes_ready, self.settings.wait_timeout_s, "the nodes to be Ready", node_states)
+        wait_until(nodes_ready, self.settings.wait_timeout_s, "the nodes to be Ready and untainted", node_states)
         wait_until(lambda: api.get_or_none("ServiceAccount", "default", "default") is not None,
                    self.settings.wait_timeout_s, "ServiceAccount default/default (kube-controller-manager)")
 

@@ -121,6 +121,17 @@ def node_is_ready(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+# Taints the node lifecycle controller puts on a node that is (or was) NotReady; it removes them a
+# moment after the node is Ready again, and until then the scheduler refuses the node.
+READINESS_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def node_accepts_pods(node: dict[str, Any]) -> bool:
+    """Ready, and no readiness taint left: what a test that schedules pods next needs."""
+    taints = node.get("spec", {}).get("taints") or []
+    return node_is_ready(node) and not any(t.get("key") in READINESS_TAINTS for t in taints)
+
+
 def parse_slow_fraction(text: str) -> float:
     """The value of the slow label: a fraction strictly between 0 and 1 (of each period stopped)."""
     try:

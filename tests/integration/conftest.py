@@ -256,8 +256,9 @@ def collect_diagnostics(cluster: LocalCluster, namespace: str) -> str:
         for container in [*(pod.spec.init_containers or []), *pod.spec.containers]:
             lines.append(f"== log of {pod.metadata.name} container {container.name} (last 50 lines)")
             try:
-                lines.append(core.read_namespaced_pod_log(pod.metadata.name, namespace,
-                                                          container=container.name, tail_lines=50))
+                log = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container.name,
+                                                   tail_lines=50)
+                lines.append(log or "(empty log)")
             except ApiException as error:
                 lines.append(f"(no log: {error.status} {error.reason})")
     return "\n".join(lines)
