@@ -132,9 +132,11 @@ class TrainingJob:
         for key, value in counts.items():
             self.t.property(key, value)
         if counts.get("launcher.failed"):
-            self.t.logf("the launcher ran %d time(s), %d failed (launcher.runs, launcher.failed): its Job runs "
-                        "a failed launcher again unless its backoffLimit is spent",
-                        counts["launcher.runs"], counts["launcher.failed"])
+            line = (f"the launcher ran {counts['launcher.runs']} time(s), {counts['launcher.failed']} failed "
+                    "(launcher.runs, launcher.failed): its Job runs a failed launcher again unless its "
+                    "backoffLimit is spent")
+            self.t.logf("%s", line)
+            self.t.attach_output(line)
 
     def wait(self, condition: Condition, timeout: float | None = None) -> str:
         """Wait for a condition of this job (pods ready, a log line) while failing fast."""
