@@ -1,5 +1,6 @@
-"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded or
-failed, nodes NotReady or advertising GPUs, an object deleted, a line in a pod's log.
+"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded, failed or
+ended, an MPIJob's worker lost, nodes NotReady or advertising GPUs, an object deleted, a line in a
+pod's log.
 
 A condition that judges many objects (pods, nodes) keeps its answer up to date from the objects
 changed since it last looked (a ChangeCursor) and caches each object's verdict by

@@ -1,9 +1,13 @@
-"""Launchers: how a workload is rendered onto the nodes, which object says it is done, and where
-its ranks run. Pure: given a Workload and a Placement, no cluster access.
+"""Launchers: how a workload is rendered onto the nodes, which object says it is done or failed,
+where its ranks run, and what its pods and logs say after a failure. Pure: given a Workload and a
+Placement (or the pods and logs already captured), no cluster access.
 
 - torchrun: an Indexed Job (one pod per node, `torchrun --node-rank=$(JOB_COMPLETION_INDEX)`)
   plus a headless Service so worker 0 is reachable as <job>-0.<job>; no operator needed.
-- mpi: an MPIJob v2beta1 (mpi-operator), `mpirun --tag-output` in the launcher, like upstream.
+- mpi: an MPIJob v2beta1 (mpi-operator) in the shape of upstream's: `mpirun --tag-output` in the
+  launcher, `-x` for every variable the ranks need, one worker per node running sshd; a failed
+  launcher run is a retry of its Job, a lost worker or the Job's failure is explained from
+  mpirun's log (harness.mpirun).
 - per-node: a Job per node with its pod pinned there, running the command once (probes such as
   listing a node's GPUs).
 """

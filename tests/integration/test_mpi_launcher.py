@@ -111,12 +111,16 @@ def test_a_worker_deleted_mid_run_fails_within_seconds_naming_it_its_node_and_mp
     command = kubetest2_command(cluster, artifacts, *fault_suite(namespace, "TestLongTraining"), canned=False)
     with subprocess.Popen(command.args, env=command.env, cwd=command.cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as run:
-        launcher = wait_for(lambda: training_launcher(cluster, namespace), 120, "both ranks training")
-        victim = cluster.core.read_namespaced_pod("long-training-worker-1", namespace)
-        cluster.core.delete_namespaced_pod(victim.metadata.name, namespace, grace_period_seconds=1)
-        deleted_at = time.monotonic()
-        output, _ = run.communicate(timeout=120)
-        seconds = time.monotonic() - deleted_at
+        try:
+            launcher = wait_for(lambda: training_launcher(cluster, namespace), 120, "both ranks training")
+            victim = cluster.core.read_namespaced_pod("long-training-worker-1", namespace)
+            cluster.core.delete_namespaced_pod(victim.metadata.name, namespace, grace_period_seconds=1)
+            deleted_at = time.monotonic()
+            output, _ = run.communicate(timeout=120)
+            seconds = time.monotonic() - deleted_at
+        finally:
+            if run.poll() is None:  # the training would go on: kubetest2 forwards SIGTERM to the harness
+                run.terminate()
     assert run.returncode != 0, output
     case = junit_cases(artifacts, "mpi-faults")["TestLongTraining"]
     (failure,) = case.result
