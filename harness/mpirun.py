@@ -79,7 +79,8 @@ class MpirunLog:
 
 def read_mpirun_log(lines: Iterable[str], tail: int = 20) -> MpirunLog:
     """Parse a launcher's log: the last `tail` lines of each rank, mpirun's words, lost hosts."""
-    parsed, after_rule = MpirunLog(), False
+    parsed = MpirunLog()
+    in_message, message_started = False, False  # mpirun's messages open and close with a rule
     for raw in lines:
         line = raw.rstrip("\r\n")
         tagged = MPI_TAG.match(line)
@@ -87,13 +88,13 @@ def read_mpirun_log(lines: Iterable[str], tail: int = 20) -> MpirunLog:
             parsed.rank_tails.setdefault(int(tagged["rank"]), deque(maxlen=tail)).append(line)
             continue
         if RULE.match(line):
-            after_rule = True
+            in_message, message_started = not in_message, False
             continue
         if not line.strip() or line.startswith("=== ") or MISSING_VARIABLE.match(line):
             continue
-        if after_rule or SSH_CLOSED.match(line):
+        if (in_message and not message_started) or SSH_CLOSED.match(line):
             parsed.headlines.append(line.strip())
-        after_rule = False
+        message_started = in_message
         if len(parsed.words) < WORDS_KEPT:
             parsed.words.append(line)
         _note_failure(parsed, line)

@@ -151,3 +151,13 @@ def test_mpi_ranks_are_placed_by_slot_over_the_hostname_they_report(tmp_path: Pa
     assert sorted((r.rank, r.pod, r.node) for r in placed.ranks) == [(0, "j-worker-0", "n0"), (1, "j-worker-1", "n1")]
     reported = job_metrics(logs, locations)
     assert sorted(r.node for r in reported.ranks) == ["j-worker-0", "j-worker-1"]  # what each rank said
+
+
+def test_a_rank_killed_by_a_signal_is_read_from_mpiruns_notice():
+    lines = ["[1,0]<stdout>:step 1", "[1,1]<stderr>:about to be killed", "-" * 74,
+             "mpirun noticed that process rank 1 with PID 0 on node j-worker-1.j.ns.svc exited on signal 9 (Killed).",
+             "-" * 74]
+    parsed = read_mpirun_log(lines)
+    assert (parsed.failed_rank, parsed.failed_signal, parsed.failed_code) == (1, 9, None)
+    assert parsed.headlines == [lines[3]]
+    assert lost_worker_hosts(parsed, ["j-worker-1"]) == ["j-worker-1"]
