@@ -1,5 +1,6 @@
-"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded or
-failed, nodes NotReady or advertising GPUs, an object deleted, a line in a pod's log.
+"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded, failed or
+ended, an MPIJob's worker lost, nodes NotReady or advertising GPUs, an object deleted, a line in a
+pod's log.
 
 A condition that judges many objects (pods, nodes) keeps its answer up to date from the objects
 changed since it last looked (a ChangeCursor) and caches each object's verdict by
@@ -12,7 +13,8 @@ import re
 from collections.abc import Callable, Iterable
 
 from harness.errors import JobFailed
-from harness.pods import pod_failure_reason, true_condition
+from harness.mpirun import mpi_role
+from harness.pods import node_of, pod_failure_reason, true_condition
 from harness.resources import JOB, MPIJOB, NODE, POD, Obj, Resource
 from harness.topology import GPU_RESOURCE, NodeInfo
 from harness.wait import Condition
@@ -129,8 +131,9 @@ class _FailingPods:
     grace period are judged again on every look. The first failure in (namespace, name) order is
     the answer, as a full scan would give."""
 
-    def __init__(self, grace: float) -> None:
+    def __init__(self, grace: float, retried: Callable[[Obj], bool]) -> None:
         self.grace = grace
+        self.retried = retried
         self.cursor = ChangeCursor("Pod")
         self.failing: dict[Key, tuple[str, str]] = {}  # key -> (pod name, reason)
         self.timed: set[Key] = set()  # pods whose verdict depends on the clock
@@ -158,6 +161,8 @@ class _FailingPods:
         cached = self.verdicts.get(uid)
         if version is not None and cached is not None and cached[0] == version:
             reason = cached[1]
+        elif pod.get("status", {}).get("phase") == "Failed" and self.retried(pod):
+            reason = None  # its owner runs it again (the MPI launcher's Job): judged by the owner's failure
         else:
             time_checks = state.time_checks
             reason = pod_failure_reason(pod, now, self.grace, state.held_for)
@@ -169,9 +174,15 @@ class _FailingPods:
             self.failing[key] = meta["name"], reason
 
 
-def any_pod_failed(namespace: str, label_selector: str, grace: float) -> Condition:
-    """A pod Failed, OOMKilled, crash-looping, or unschedulable / not pulling past `grace`."""
-    failing = _FailingPods(grace)
+def _never(_pod: Obj) -> bool:
+    return False
+
+
+def any_pod_failed(namespace: str, label_selector: str, grace: float,
+                   retried: Callable[[Obj], bool] = _never) -> Condition:
+    """A pod Failed, OOMKilled, crash-looping, or unschedulable / not pulling past `grace`; a
+    Failed pod for which `retried` is true is a run its owner retries, not a failure."""
+    failing = _FailingPods(grace, retried)
 
     def check(state: ClusterState, now: float) -> str | None:
         found = failing.first(state, now)
@@ -182,6 +193,61 @@ def any_pod_failed(namespace: str, label_selector: str, grace: float) -> Conditi
         return found[0] if found else None
 
     return Condition(f"a pod ({label_selector}) to fail", (Watched(POD, namespace, label_selector),), check, blame)
+
+
+class _LostWorkers:
+    """An MPIJob's worker pods seen so far, and the first of them deleted or gone."""
+
+    def __init__(self) -> None:
+        self.cursor = ChangeCursor("Pod")
+        self.seen: dict[Key, Obj] = {}
+        self.lost: dict[Key, Obj] = {}  # the pod as last seen
+
+    def first(self, state: ClusterState) -> Obj | None:
+        changed, _ = self.cursor.changed(state)
+        for key in changed:
+            pod = state.get("Pod", *key)
+            if pod is None:
+                if key in self.seen:
+                    self.lost.setdefault(key, self.seen[key])
+            elif mpi_role(pod) == "worker":
+                if pod["metadata"].get("deletionTimestamp"):
+                    self.lost.setdefault(key, pod)
+                self.seen[key] = pod
+        return self.lost[min(self.lost)] if self.lost else None
+
+
+def mpi_worker_lost(namespace: str, label_selector: str) -> Condition:
+    """A worker pod of an MPIJob was deleted (or vanished) while the job ran: mpirun cannot go on
+    without its ranks, and mpi-operator's new worker does not bring them back."""
+    lost = _LostWorkers()
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        pod = lost.first(state)
+        return None if pod is None else f"worker pod {pod['metadata']['name']} on node {node_of(pod)} " \
+                                        "was deleted while the job ran"
+
+    def blame(state: ClusterState, _now: float) -> str | None:
+        pod = lost.first(state)
+        return None if pod is None else pod["metadata"]["name"]
+
+    return Condition(f"a worker pod ({label_selector}) to be deleted", (Watched(POD, namespace, label_selector),),
+                     check, blame)
+
+
+def pods_ended(namespace: str, label_selector: str, names: Iterable[str]) -> Condition:
+    """Each named pod is Succeeded, Failed or gone (its processes have exited)."""
+    awaited = sorted(set(names))
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        if not state.listed("Pod"):
+            return None
+        running = [name for name in awaited
+                   if (pod := state.get("Pod", namespace, name)) is not None
+                   and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        return None if running else f"pods {', '.join(awaited) or '(none)'} ended"
+
+    return Condition(f"pods {', '.join(awaited)} to end", (Watched(POD, namespace, label_selector),), check)
 
 
 class _NodesNotReady:

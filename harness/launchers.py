@@ -1,9 +1,13 @@
-"""Launchers: how a workload is rendered onto the nodes, which object says it is done, and where
-its ranks run. Pure: given a Workload and a Placement, no cluster access.
+"""Launchers: how a workload is rendered onto the nodes, which object says it is done or failed,
+where its ranks run, and what its pods and logs say after a failure. Pure: given a Workload and a
+Placement (or the pods and logs already captured), no cluster access.
 
 - torchrun: an Indexed Job (one pod per node, `torchrun --node-rank=$(JOB_COMPLETION_INDEX)`)
   plus a headless Service so worker 0 is reachable as <job>-0.<job>; no operator needed.
-- mpi: an MPIJob v2beta1 (mpi-operator), `mpirun --tag-output` in the launcher, like upstream.
+- mpi: an MPIJob v2beta1 (mpi-operator) in the shape of upstream's: `mpirun --tag-output` in the
+  launcher, `-x` for every variable the ranks need, one worker per node running sshd; a failed
+  launcher run is a retry of its Job, a lost worker or the Job's failure is explained from
+  mpirun's log (harness.mpirun).
 - per-node: a Job per node with its pod pinned there, running the command once (probes such as
   listing a node's GPUs).
 """
@@ -11,12 +15,23 @@ its ranks run. Pure: given a Workload and a Placement, no cluster access.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.conditions import job_failed, job_succeeded, mpijob_failed, mpijob_succeeded, pods_succeeded
+from harness.conditions import (
+    job_failed,
+    job_succeeded,
+    mpi_worker_lost,
+    mpijob_failed,
+    mpijob_succeeded,
+    pods_ended,
+    pods_succeeded,
+)
 from harness.labels import job_selector
+from harness.logs import CapturedLog
+from harness.mpirun import explain_failure as explain_mpirun_failure
+from harness.mpirun import launcher_pods, launcher_runs, mpi_role
 from harness.resources import JOB, MPIJOB, Obj, Resource
 from harness.topology import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from harness.wait import Condition
@@ -94,9 +109,9 @@ def _resources(placement: Placement) -> dict[str, Any]:
     return {"limits": limits, "requests": dict(limits)}
 
 
-def _env(workload: Workload, placement: Placement, master_addr: str) -> list[dict[str, Any]]:
-    """The worker container's environment: rendezvous, NUM_GPUS_PER_NODE, the caller's NCCL_*."""
-    values = {
+def _env_values(workload: Workload, placement: Placement, master_addr: str) -> dict[str, str]:
+    """What every process needs: rendezvous, NUM_GPUS_PER_NODE, the caller's NCCL_*/FI_*, the workload's own."""
+    return {
         **placement.pod_env,
         "NUM_GPUS_PER_NODE": str(placement.processes_per_node),
         "MASTER_ADDR": master_addr,
@@ -106,7 +121,15 @@ def _env(workload: Workload, placement: Placement, master_addr: str) -> list[dic
         **({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if workload.elastic else {}),
         **workload.extra_env,
     }
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _env_list(values: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _env(workload: Workload, placement: Placement, master_addr: str) -> list[dict[str, Any]]:
+    """A torchrun worker container's environment: the values above, and its node and pod."""
+    env = _env_list(_env_values(workload, placement, master_addr))
     env += [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
     return env
@@ -130,6 +153,8 @@ class Launcher:
     owner: ClassVar[Resource]  # the kind of the objects that own the pods (deleted at teardown)
     # The API the launcher needs the cluster to serve, if not a built-in one: (apiVersion, kind).
     needs_api: ClassVar[tuple[str, str] | None] = None
+    # Whether rank_locations() places every rank exactly, over what each rank says of its node.
+    places_ranks: ClassVar[bool] = False
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
         raise NotImplementedError
@@ -144,6 +169,24 @@ class Launcher:
     def failed(self, workload: Workload, placement: Placement) -> list[Condition]:
         """Failure conditions of the owners (the pods' failures are judged for every launcher)."""
         return []
+
+    def retried(self, pod: Obj) -> bool:
+        """Whether this pod, once Failed, is a run its owner retries (judged by the owner's failure)."""
+        return False
+
+    def run_counts(self, pods: Iterable[Obj]) -> dict[str, int]:
+        """Counts of the owner's runs, retries included, as JUnit properties."""
+        return {}
+
+    def awaited_after_failure(self, workload: Workload, placement: Placement, blamed: str | None,
+                              pods: Mapping[str, Obj]) -> Condition | None:
+        """What to await (briefly) after a failure, before the logs are captured."""
+        return None
+
+    def explain_failure(self, reason: str, pods: Mapping[str, Obj], captured: list[CapturedLog],
+                        locations: Mapping[int, tuple[str, str]]) -> str | None:
+        """The failure message from the pods and their logs; None: the blamed pod's last lines."""
+        return None
 
 
 class Torchrun(Launcher):
@@ -186,36 +229,80 @@ def torchrun_args(workload: Workload, placement: Placement) -> list[str]:
     return [*launch, "--no-python", str(workload.binary), *workload.args]
 
 
-# What mpirun forwards to every rank (-x), as upstream's bert-training.yaml does.
-MPIRUN_FORWARDED = ("PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "MASTER_ADDR", "MASTER_PORT",
-                    "NUM_GPUS_PER_NODE", "ACCELERATOR", "PYTHONUNBUFFERED")
+# Forwarded to every rank besides the launcher's env (-x is the only way a variable reaches a
+# rank: sshd gives the ranks neither the worker's env nor the launcher's): set by the image.
+MPIRUN_IMAGE_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
+# OpenMPI's own traffic on a real cluster: TCP over the pod network (not loopback or a docker
+# bridge), and not the cm PML (EFA's libfabric MTL is NCCL's; mpirun only bootstraps).
+MPIRUN_MCA = (("pml", "^cm"), ("btl", "tcp,self"), ("btl_tcp_if_exclude", "lo,docker0"))
+# Failed launcher runs its Job retries. Upstream's 20 absorbs a launcher that starts before its
+# workers resolve; WaitForWorkersReady removes that race, and what is left (a DNS record lagging a
+# Ready worker) needs one. More would rerun a deterministic failure (a rank that crashes) at the
+# cost of a whole run each, behind the Job's growing back-off (10 s, 20 s, ...). Retries are
+# reported, never hidden (launcher.runs, launcher.failed).
+MPI_LAUNCHER_BACKOFF_LIMIT = 1
+
+
+def mpi_master_addr(job_name: str) -> str:
+    """Worker 0 under the headless Service mpi-operator names after the job."""
+    return f"{job_name}-worker-0.{job_name}"
 
 
 class Mpi(Launcher):
     name = "mpi"
     owner = MPIJOB
     needs_api = ("kubeflow.org/v2beta1", "MPIJob")
+    # -map-by slot: rank r on worker r // slots; a rank's hostname is its worker pod's name.
+    places_ranks = True
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
-        name = workload.job_name
+        env = _env_values(workload, placement, mpi_master_addr(workload.job_name))
         return [Rendering("mpijob.yaml", {
             **_worker_fields(workload, placement),
             "SlotsPerWorker": placement.processes_per_node,
-            "LauncherCommand": mpirun_command(workload, placement),
-            "Env": _env(workload, placement, f"{name}-worker-0.{name}-worker"),
+            "BackoffLimit": MPI_LAUNCHER_BACKOFF_LIMIT,
+            "LauncherCommand": mpirun_command(workload, placement, env),
+            "LauncherEnv": _env_list(env),
         })]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return mpijob_succeeded(placement.namespace, workload.job_name)
 
     def failed(self, workload: Workload, placement: Placement) -> list[Condition]:
-        return [mpijob_failed(placement.namespace, workload.job_name)]
+        """The MPIJob or its launcher's Job failed (retries exhausted), or a worker was lost."""
+        namespace, name = placement.namespace, workload.job_name
+        return [mpijob_failed(namespace, name), job_failed(namespace, f"{name}-launcher"),
+                mpi_worker_lost(namespace, job_selector(name))]
+
+    def retried(self, pod: Obj) -> bool:
+        return mpi_role(pod) == "launcher"
+
+    def run_counts(self, pods: Iterable[Obj]) -> dict[str, int]:
+        runs, failed = launcher_runs(pods)
+        return {"launcher.runs": runs, "launcher.failed": failed}
+
+    def awaited_after_failure(self, workload: Workload, placement: Placement, blamed: str | None,
+                              pods: Mapping[str, Obj]) -> Condition | None:
+        """A worker failed or was lost: mpirun is still noticing it; its words come as it exits."""
+        if blamed is None or mpi_role(pods.get(blamed, {})) != "worker":
+            return None
+        running = [pod["metadata"]["name"] for pod in launcher_pods(pods.values())
+                   if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        return pods_ended(placement.namespace, job_selector(workload.job_name), running)
+
+    def explain_failure(self, reason: str, pods: Mapping[str, Obj], captured: list[CapturedLog],
+                        locations: Mapping[int, tuple[str, str]]) -> str | None:
+        return explain_mpirun_failure(reason, pods, captured, locations)
 
 
-def mpirun_command(workload: Workload, placement: Placement) -> list[str]:
-    """The launcher's mpirun: one slot per process on every worker, output tagged by rank."""
-    return ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(placement.world_size), "-bind-to", "none",
-            "-map-by", "slot", *[arg for name in MPIRUN_FORWARDED for arg in ("-x", name)], *workload.program()]
+def mpirun_command(workload: Workload, placement: Placement, env: Mapping[str, str]) -> list[str]:
+    """The launcher's mpirun, as upstream's: one slot per process on every worker (rank r on
+    worker r // slots), output tagged by rank, every variable of the launcher's env forwarded."""
+    forwarded = dict.fromkeys((*MPIRUN_IMAGE_VARIABLES, *env))
+    return ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(placement.world_size),
+            "-bind-to", "none", "-map-by", "slot",
+            *[arg for key, value in MPIRUN_MCA for arg in ("--mca", key, value)],
+            *[arg for name in forwarded for arg in ("-x", name)], *workload.program()]
 
 
 class PerNode(Launcher):

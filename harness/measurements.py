@@ -13,14 +13,23 @@ from harness.testing import TestContext
 UNSUMMARIZED = ("rank", "world_size", "params_checksum")
 
 
-def job_metrics(captured: list[CapturedLog], locations: Mapping[int, tuple[str, str]]) -> WorkloadMetrics:
-    """The metrics of every rank in the logs (current instances only), located on pod and node."""
+def job_metrics(captured: list[CapturedLog], locations: Mapping[int, tuple[str, str]],
+                locations_win: bool = False) -> WorkloadMetrics:
+    """The metrics of every rank in the logs (current instances only), located on pod and node.
+
+    What a rank says of its node (NODE_NAME, else its hostname) is kept unless `locations_win`:
+    mpirun's ranks get neither the worker's NODE_NAME nor its node's name as hostname (the
+    worker pod's), while mpirun's slot mapping places them exactly.
+    """
     logs = [entry for entry in captured if not entry.previous and entry.path.exists()]
     parsed = combine([scan_lines(read_lines(entry.path), entry.pod) for entry in logs])
     for rank in parsed.ranks:
         pod, node = locations.get(rank.rank, (None, None))
-        rank.pod = rank.pod or pod
-        rank.node = rank.node or node
+        if locations_win and pod is not None:
+            rank.pod, rank.node = pod, node
+        else:
+            rank.pod = rank.pod or pod
+            rank.node = rank.node or node
     return parsed
 
 
@@ -37,6 +46,7 @@ def record_metrics(t: TestContext, metrics: WorkloadMetrics) -> None:
             if isinstance(value, (int, float, str)):
                 t.property(f"rank.{rank.rank}.{key}", value)
         t.property(f"rank.{rank.rank}.node", rank.node or "?")
+        t.property(f"rank.{rank.rank}.pod", rank.pod or "?")
     t.logf("metrics: %d ranks; %s", len(metrics.ranks), "; ".join(
         f"{k} median {v['median']:.4g} (min {v['min']:.4g}, max {v['max']:.4g})"
         for k, v in summary.items() if k not in UNSUMMARIZED))

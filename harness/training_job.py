@@ -3,6 +3,7 @@ metrics, and teardown (logs first, then events, the objects on failure, delete) 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 from harness.cluster import Cluster
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
-from harness.errors import ConfigError, JobFailed
+from harness.errors import ConfigError, JobFailed, WaitTimeout
 from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
@@ -19,11 +20,15 @@ from harness.manifests import dump_objects, render, save
 from harness.measurements import job_metrics, record_metrics
 from harness.metrics import WorkloadMetrics
 from harness.namespaces import namespace_for
+from harness.pods import describe_pod
 from harness.resources import EVENT, POD, Obj
 from harness.testing import TestContext
 from harness.wait import Condition, wait_for
 from harness.watch import ChangeCursor, ClusterState
 
+# How long a launcher still exiting after a failure (mpirun noticing a lost worker) is awaited
+# for its last words before the logs are captured.
+FAILURE_SETTLE_SECONDS = 15.0
 # Bytes of each pod's log kept in the JUnit <system-out> (the full log is in logs/).
 JUNIT_LOG_HEAD = 16 * 1024
 JUNIT_LOG_TAIL = 48 * 1024
@@ -63,6 +68,7 @@ class TrainingJob:
     # The latest version of every pod seen while waiting (a deleted pod keeps its node for the report).
     pods_seen: dict[str, Obj] = field(default_factory=dict)
     _captured: list[CapturedLog] | None = None
+    _retried_runs: set[str] = field(default_factory=set)  # failed runs already reported
     _pod_changes: ChangeCursor = field(default_factory=lambda: ChangeCursor("Pod"))
 
     @property
@@ -84,22 +90,53 @@ class TrainingJob:
     # -- waiting ---------------------------------------------------------------------------------
 
     def fails_on(self) -> list[Condition]:
-        """What fails the job at once: its owner failing, a pod failing, one of its nodes NotReady."""
+        """What fails the job at once: its owner failing, a pod failing (not a run its owner
+        retries), one of its nodes NotReady."""
         return [*self.launcher.failed(self.workload, self.placement),
-                any_pod_failed(self.namespace, self.selector, self.t.cfg.pod_failure_grace),
+                any_pod_failed(self.namespace, self.selector, self.t.cfg.pod_failure_grace, self.launcher.retried),
                 node_not_ready(self.placement.node_names)]
 
     def wait_succeeded(self) -> None:
-        """Wait for success within JOB_TIMEOUT; a failed pod fails at once with its last lines."""
+        """Wait for success within JOB_TIMEOUT; a failed pod fails at once with its last lines (or
+        the launcher's account of it); the owner's retried runs are reported either way."""
         started = time.monotonic()
         try:
             message = self.wait(self.launcher.succeeded(self.workload, self.placement))
         except JobFailed as exc:
-            captured = self.capture_logs()
-            tail = last_lines(captured, exc.pod) if exc.pod else ""
-            raise JobFailed(f"{exc}\n{tail}".rstrip(), exc.pod) from None
+            raise JobFailed(self._failure_message(exc), exc.pod) from None
+        finally:
+            self._report_runs()
         self.t.property("job.seconds", f"{time.monotonic() - started:.2f}")
         self.t.logf("%s after %.1fs", message, time.monotonic() - started)
+
+    def _failure_message(self, exc: JobFailed) -> str:
+        """The failure with what the logs say: the launcher's account (mpirun's words), else the
+        blamed pod's last lines. A launcher still exiting is given a few seconds to say it."""
+        settle = self.launcher.awaited_after_failure(self.workload, self.placement, exc.pod, self.pods_seen)
+        if settle is not None:
+            with contextlib.suppress(WaitTimeout):
+                wait_for(self.t.cluster, settle, timeout=FAILURE_SETTLE_SECONDS, cancel=self.t.cancel,
+                         on_event=self._remember_pods)
+        captured = self.capture_logs()
+        locations = rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node)
+        explained = self.launcher.explain_failure(str(exc), self.pods_seen, captured, locations)
+        if explained is not None:
+            return explained
+        tail = last_lines(captured, exc.pod) if exc.pod else ""
+        return f"{exc}\n{tail}".rstrip()
+
+    def _report_runs(self) -> None:
+        """The owner's runs and failed runs (the MPI launcher's), as properties and, if any
+        failed, a line: a retry that ended well is still reported."""
+        counts = self.launcher.run_counts(self.pods_seen.values())
+        for key, value in counts.items():
+            self.t.property(key, value)
+        if counts.get("launcher.failed"):
+            line = (f"the launcher ran {counts['launcher.runs']} time(s), {counts['launcher.failed']} failed "
+                    "(launcher.runs, launcher.failed): its Job runs a failed launcher again unless its "
+                    "backoffLimit is spent")
+            self.t.logf("%s", line)
+            self.t.attach_output(line)
 
     def wait(self, condition: Condition, timeout: float | None = None) -> str:
         """Wait for a condition of this job (pods ready, a log line) while failing fast."""
@@ -108,12 +145,20 @@ class TrainingJob:
                         cancel=self.t.cancel, on_event=self._remember_pods)
 
     def _remember_pods(self, state: ClusterState) -> None:
-        """Keep the latest version of every pod seen; only the pods changed since the last event are read."""
+        """Keep the latest version of every pod seen, and say when a run its owner retries failed;
+        only the pods changed since the last event are read."""
         changed, _ = self._pod_changes.changed(state)
         for key in changed:
             pod = state.get("Pod", *key)
-            if pod is not None:
-                self.pods_seen[pod["metadata"]["name"]] = pod
+            if pod is None:
+                continue
+            name = pod["metadata"]["name"]
+            self.pods_seen[name] = pod
+            if (pod.get("status", {}).get("phase") == "Failed" and self.launcher.retried(pod)
+                    and name not in self._retried_runs):
+                self._retried_runs.add(name)
+                self.t.logf("run %s failed (%s); its owner runs it again unless its backoffLimit is spent",
+                            name, describe_pod(pod))
 
     # -- logs and metrics ------------------------------------------------------------------------
 
@@ -134,7 +179,8 @@ class TrainingJob:
     def metrics(self) -> WorkloadMetrics:
         """Metrics of every rank, each rank located on its pod and node."""
         captured = self.capture_logs()  # also remembers the pods it found
-        return job_metrics(captured, rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node))
+        locations = rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node)
+        return job_metrics(captured, locations, locations_win=self.launcher.places_ranks)
 
     def report(self, metrics: WorkloadMetrics) -> None:
         record_metrics(self.t, metrics)

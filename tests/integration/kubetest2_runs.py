@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 import junitparser
@@ -27,9 +28,17 @@ def canned_by_default_env(pod_annotations: str) -> str:
     return ",".join(f"{key}={value}" for key, value in canned_by_default(pairs).items())
 
 
-def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
-              env: dict[str, str] | None = None, timeout: float = 300,
-              canned: bool = True) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Kubetest2Command:
+    """A kubetest2 command line with its environment and working folder (for run() or Popen)."""
+
+    args: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+def kubetest2_command(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
+                      env: dict[str, str] | None = None, canned: bool = True) -> Kubetest2Command:
     """`kubetest2 noop --kubeconfig=<cluster> --test=<tester> -- <args>` on CPU nodes.
 
     canned=True gives the pods a canned log (tests whose names say canned_logs); canned=False lets
@@ -42,8 +51,16 @@ def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
     full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
     command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
                f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout,
-                          cwd=artifacts.parent, check=False)
+    return Kubetest2Command(command, full_env, artifacts.parent)
+
+
+def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
+              env: dict[str, str] | None = None, timeout: float = 300,
+              canned: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run kubetest2_command(...) to its end; its output captured."""
+    command = kubetest2_command(cluster, artifacts, tester, *args, env=env, canned=canned)
+    return subprocess.run(command.args, capture_output=True, text=True, env=command.env, timeout=timeout,
+                          cwd=command.cwd, check=False)
 
 
 def junit_cases(artifacts: Path, binary: str) -> dict[str, junitparser.TestCase]:

@@ -223,7 +223,7 @@ def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
     fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
               "Image": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
-              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "Env": []}
+              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0}
     for obj in render("mpijob.yaml", fields):
         kube.apply(obj)
     assert kube.get(MPIJOB, "mpi", namespace) is not None
@@ -267,7 +267,8 @@ def test_discovery_on_gpu_nodes_with_efa(default_nodes: LocalCluster, kube: Clus
 TEMPLATE_FIELDS = {
     "torchrun-job.yaml": {"Command": ["torchrun"], "Args": ["-m", "workloads.bert"], "MasterPort": 29500,
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
-    "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"]},
+    "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"],
+                    "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1},
     "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]},
     "rbac.yaml": {},
 }

@@ -60,12 +60,14 @@ def test_torchrun_template_renders_indexed_job_and_headless_service(tmp_path):
 
 
 def test_mpijob_template():
-    fields = torchrun_fields(SlotsPerWorker=8, LauncherCommand=["mpirun", "-np", "32"])
-    for key in ("Command", "Args", "MasterPort", "BackoffLimit", "ActiveDeadlineSeconds"):
+    fields = torchrun_fields(SlotsPerWorker=8, LauncherCommand=["mpirun", "-np", "32"], BackoffLimit=1,
+                             LauncherEnv=[{"name": "MASTER_PORT", "value": "29500"}])
+    for key in ("Command", "Args", "MasterPort", "ActiveDeadlineSeconds", "Env"):
         fields.pop(key)
     (mpijob,) = render("mpijob.yaml", fields)
     assert mpijob["kind"] == "MPIJob" and mpijob["apiVersion"] == "kubeflow.org/v2beta1"
     assert mpijob["spec"]["slotsPerWorker"] == 8
+    assert mpijob["spec"]["runPolicy"]["backoffLimit"] == 1
     assert mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4
 
 

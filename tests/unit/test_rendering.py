@@ -54,15 +54,47 @@ def test_torchrun_on_cpu_asks_for_cpus_and_elastic_tolerates_a_lost_worker():
 
 def test_mpi_runs_one_slot_per_process_on_every_worker():
     nccl = Workload("nccl-tests-2n", binary="/opt/nccl-tests/build/all_reduce_perf", args=("-b", "8"),
-                    image="repo/nccl:1", launcher="mpi")
+                    image="repo/nccl:1", launcher="mpi", extra_env={"NCCL_BUFFSIZE": "8388608"})
     (mpijob,) = objects("mpi", nccl, placement())
     launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     command = launcher["command"]
-    assert command[:5] == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "16"]
+    assert command[:9] == ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "16", "-bind-to", "none",
+                           "-map-by", "slot"]
     assert command[-3:] == ["/opt/nccl-tests/build/all_reduce_perf", "-b", "8"]
     assert launcher["image"] == "repo/nccl:1"
     assert mpijob["spec"]["slotsPerWorker"] == 8
-    assert env_of(launcher)["MASTER_ADDR"] == "nccl-tests-2n-worker-0.nccl-tests-2n-worker"
+    # mpi-operator's headless Service is named after the job.
+    assert env_of(launcher)["MASTER_ADDR"] == "nccl-tests-2n-worker-0.nccl-tests-2n"
+
+
+def test_mpi_forwards_every_variable_of_the_launcher_with_x():
+    bert = Workload("bert-training", "workloads.bert", ("--size", "tiny"), extra_env={"EXTRA": "1"})
+    (mpijob,) = objects("mpi", bert, placement("cpu", per_node=2, efa=0))
+    launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    command = launcher["command"]
+    forwarded = [command[i + 1] for i, arg in enumerate(command) if arg == "-x"]
+    assert forwarded == ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NUM_GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
+                         "ACCELERATOR", "PYTHONUNBUFFERED", "EXTRA"]
+    assert set(forwarded) - {"PATH", "LD_LIBRARY_PATH"} == set(env_of(launcher))  # nothing set is left behind
+    assert command[command.index("-np") + 1] == "4"
+    assert command[-5:] == ["python", "-m", "workloads.bert", "--size", "tiny"]
+    assert "NODE_NAME" not in env_of(launcher)  # it would be the launcher's node, not a rank's
+
+
+def test_mpijob_has_upstreams_shape_with_its_fixes():
+    (mpijob,) = objects("mpi", Workload("bert-training", "workloads.bert"), placement("cpu", per_node=1, efa=0))
+    spec = mpijob["spec"]
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert spec["runPolicy"]["backoffLimit"] == 1
+    launcher, worker = spec["mpiReplicaSpecs"]["Launcher"], spec["mpiReplicaSpecs"]["Worker"]
+    # The restart policy at replica level, where mpi-operator reads it, not in the pod template.
+    assert launcher["restartPolicy"] == "Never" and "restartPolicy" not in launcher["template"]["spec"]
+    pod = worker["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == {"training.kubeflow.org/job-name": "bert-training",
+                                                     "training.kubeflow.org/job-role": "worker"}
 
 
 def test_per_node_pins_one_job_to_each_node():
