@@ -216,11 +216,17 @@ class Cluster:
 
     def list(self, resource: Resource, namespace: str | None = None,
              label_selector: str | None = None, field_selector: str | None = None) -> Obj:
-        """The list object (items + metadata.resourceVersion, for a watch to start from)."""
+        """The list object (items + metadata.resourceVersion, for a watch to start from). Its items
+        carry kind and apiVersion, which the API server leaves out of list items, so that an item
+        saved on its own (objects.yaml) still says what it is."""
         query = {k: v for k, v in (("labelSelector", label_selector),
                                    ("fieldSelector", field_selector)) if v}
-        return self._checked(f"list {resource.plural} in {namespace or 'the cluster'}", "GET",
-                             resource.collection_path(namespace), query=query)
+        listing = self._checked(f"list {resource.plural} in {namespace or 'the cluster'}", "GET",
+                                resource.collection_path(namespace), query=query)
+        for item in listing.get("items", []):
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+        return listing
 
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
         """Delete (dependents in the background); False when it was already gone."""

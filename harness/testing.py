@@ -162,7 +162,22 @@ class TestContext:
         self.session.results.append(self.result)
         try:
             with self._cleanups:
-                func(self)
+                self._run_and_record(func)
+        except KeyboardInterrupt:  # a second signal during the cleanups
+            self._record(Outcome.FAIL, f"INTERRUPTED: {self.cancel.reason or 'second interrupt'}; "
+                         "cleanup cut short")
+            raise
+        finally:
+            self.result.elapsed = time.monotonic() - started
+            self.result.system_out = "".join(self._output_parts)
+            self._report()
+        return self.result
+
+    def _run_and_record(self, func: TestFunc) -> None:
+        """Run the test body and record its outcome before the cleanups run: teardown reads it
+        (objects.yaml is saved only for a test that did not pass)."""
+        try:
+            func(self)
         except SkipTest as exc:
             self._record(Outcome.SKIP, str(exc))
         except TestFailure as exc:
@@ -177,11 +192,6 @@ class TestContext:
             raise
         except Exception as exc:
             self._record(Outcome.ERROR, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-        finally:
-            self.result.elapsed = time.monotonic() - started
-            self.result.system_out = "".join(self._output_parts)
-            self._report()
-        return self.result
 
     def _record(self, outcome: Outcome, message: str, detail: str = "") -> None:
         if self.result.outcome in (Outcome.FAIL, Outcome.ERROR) and outcome is not Outcome.SKIP:

@@ -77,6 +77,9 @@ def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: Local
     # The failing pod's last lines are in the failure, its whole log in system-out and on disk.
     assert "KeyError: 'NUM_GPUS_PER_NODE'" in failure.text
     assert "=== pod bert-training-" in case.system_out
+    # The objects as they were at the failure, saved before the namespace went.
+    objects = (artifacts / "e2e-nvidia-training" / "TestBertTraining" / "objects.yaml").read_text()
+    assert "kind: Pod" in objects and "exitCode: 7" in objects
     assert_runner_junit_intact(artifacts)
 
 
