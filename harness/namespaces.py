@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from harness.conditions import deleted
 from harness.errors import Interrupted, WaitTimeout
@@ -41,9 +42,11 @@ def namespace_for(t: TestContext) -> str:
 
 
 def _delete_namespace(t: TestContext, name: str) -> None:
+    started = time.monotonic()
     t.cluster.delete(NAMESPACE, name)
     try:
         wait_for(t.cluster, deleted(NAMESPACE, name), timeout=NAMESPACE_DELETE_SECONDS, cancel=t.cancel)
+        t.logf("namespace %s deleted in %.1fs", name, time.monotonic() - started)
     except WaitTimeout:
         t.logf("namespace %s still terminating after %.0fs; left to the API server", name,
                NAMESPACE_DELETE_SECONDS)

@@ -1,5 +1,8 @@
 """A job's life: launch (render for its launcher, apply), wait (failing fast), capture logs, read
-metrics, and teardown (logs first, then events, the objects on failure, delete) on every path."""
+metrics, and teardown (logs first, then events, the objects on failure, delete) on every path.
+
+Each phase's wall time is a JUnit property (`phase.<name>.seconds`: launch, pods_started, job,
+log_capture, parse, verdict, teardown) and a log line, so a large run says where its time went."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from harness.logs import CapturedLog, capture_pod_logs, last_lines
 from harness.manifests import dump_objects, render, save
 from harness.measurements import job_metrics, record_metrics
 from harness.metrics import WorkloadMetrics
+from harness.mpirun import mpi_role
 from harness.namespaces import namespace_for
 from harness.pods import describe_pod
 from harness.resources import EVENT, POD, Obj
@@ -70,6 +74,10 @@ class TrainingJob:
     _captured: list[CapturedLog] | None = None
     _retried_runs: set[str] = field(default_factory=set)  # failed runs already reported
     _pod_changes: ChangeCursor = field(default_factory=lambda: ChangeCursor("Pod"))
+    launched_at: float = field(default_factory=time.monotonic)
+    # Worker pods (not an MPIJob's launcher) seen started, until all of them have.
+    _started_pods: set[str] | None = field(default_factory=set)
+    _parsed_at: float | None = None
 
     @property
     def namespace(self) -> str:
@@ -108,6 +116,10 @@ class TrainingJob:
             self._report_runs()
         self.t.property("job.seconds", f"{time.monotonic() - started:.2f}")
         self.t.logf("%s after %.1fs", message, time.monotonic() - started)
+
+    def note_phase(self, name: str, seconds: float) -> None:
+        """A phase's wall time as the JUnit property phase.<name>.seconds."""
+        self.t.property(f"phase.{name}.seconds", f"{seconds:.3f}")
 
     def _failure_message(self, exc: JobFailed) -> str:
         """The failure with what the logs say: the launcher's account (mpirun's words), else the
@@ -154,11 +166,25 @@ class TrainingJob:
                 continue
             name = pod["metadata"]["name"]
             self.pods_seen[name] = pod
+            self._note_started(name, pod)
             if (pod.get("status", {}).get("phase") == "Failed" and self.launcher.retried(pod)
                     and name not in self._retried_runs):
                 self._retried_runs.add(name)
                 self.t.logf("run %s failed (%s); its owner runs it again unless its backoffLimit is spent",
                             name, describe_pod(pod))
+
+    def _note_started(self, name: str, pod: Obj) -> None:
+        """Say once when every worker pod has started (scheduled, its containers run): the rest
+        of the wait is the training itself."""
+        if self._started_pods is None or mpi_role(pod) == "launcher":
+            return
+        if pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed"):
+            self._started_pods.add(name)
+        if len(self._started_pods) >= self.node_count:
+            seconds = time.monotonic() - self.launched_at
+            self.note_phase("pods_started", seconds)
+            self.t.logf("all %d worker pods started %.1fs after launch", len(self._started_pods), seconds)
+            self._started_pods = None
 
     # -- logs and metrics ------------------------------------------------------------------------
 
@@ -168,19 +194,34 @@ class TrainingJob:
     def capture_logs(self) -> list[CapturedLog]:
         """Capture every pod's logs once (before anything is deleted) and attach them to JUnit."""
         if self._captured is None:
+            started = time.monotonic()
             pods = self.pods()
             self.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
-            self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, self.t.artifacts_dir / "logs")
-            for entry in self._captured:
-                self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
+            logs_dir = self.t.artifacts_dir / "logs"
+            self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, logs_dir)
+            seconds, size = time.monotonic() - started, sum(entry.size for entry in self._captured)
+            self.note_phase("log_capture", seconds)
             self.t.property("pods.logs_captured", len(self._captured))
+            self.t.property("logs.bytes", size)
+            self.t.logf("captured %d logs (%.1f MiB) in %.2fs", len(self._captured), size / 2**20, seconds)
+            self._attach_excerpts(logs_dir)
         return self._captured
+
+    def _attach_excerpts(self, logs_dir: Path) -> None:
+        for entry in self._captured or []:
+            self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
 
     def metrics(self) -> WorkloadMetrics:
         """Metrics of every rank, each rank located on its pod and node."""
         captured = self.capture_logs()  # also remembers the pods it found
+        started = time.monotonic()
         locations = rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node)
-        return job_metrics(captured, locations, locations_win=self.launcher.places_ranks)
+        metrics = job_metrics(captured, locations, locations_win=self.launcher.places_ranks)
+        self._parsed_at = time.monotonic()
+        self.note_phase("parse", self._parsed_at - started)
+        self.t.logf("parsed the metrics of %d ranks from %d logs in %.2fs", len(metrics.ranks), len(captured),
+                    self._parsed_at - started)
+        return metrics
 
     def report(self, metrics: WorkloadMetrics) -> None:
         record_metrics(self.t, metrics)
@@ -189,6 +230,10 @@ class TrainingJob:
 
     def teardown(self) -> None:
         """Logs first (on every path), then events and, on failure, the objects; then delete."""
+        started = time.monotonic()
+        if self._parsed_at is not None:  # what ran between the parse and here: the checks
+            self.note_phase("verdict", started - self._parsed_at)
+        self.t.logf("teardown of %s", self.workload.job_name)
         self.capture_logs()
         self._save_events()
         if self.t.result.outcome is not Outcome.PASS:
@@ -196,6 +241,7 @@ class TrainingJob:
         if not self.t.cfg.keep_resources:
             for name in self.launcher.owners(self.workload, self.placement):
                 self.t.cluster.delete(self.launcher.owner, name, self.namespace)
+        self.note_phase("teardown", time.monotonic() - started)
 
     def _save_events(self) -> None:
         events = self.t.cluster.list(EVENT, self.namespace).get("items", [])
@@ -224,6 +270,7 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
 def launch(t: TestContext, workload: Workload) -> TrainingJob:
     """Render and apply the workload for its launcher (LAUNCHER unless it names one); its teardown
     is registered before anything is applied."""
+    started = time.monotonic()
     launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
@@ -231,7 +278,9 @@ def launch(t: TestContext, workload: Workload) -> TrainingJob:
     t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
     for obj in objects:
         t.cluster.apply(obj)
-    t.logf("launched %s (%s launcher, %d nodes x %d processes, image %s) in namespace %s",
+    job.launched_at = time.monotonic()
+    job.note_phase("launch", job.launched_at - started)
+    t.logf("launched %s (%s launcher, %d nodes x %d processes, image %s) in namespace %s in %.2fs",
            workload.job_name, launcher.name, placement.node_count, placement.processes_per_node,
-           workload.image or placement.image, placement.namespace)
+           workload.image or placement.image, placement.namespace, job.launched_at - started)
     return job

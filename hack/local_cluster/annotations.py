@@ -19,3 +19,7 @@ SLOWED_ANNOTATION = ANNOTATION_PREFIX + "slowed-by"
 # Pods of an MPIJob (mpi-operator v2beta1): `launcher` or `worker`.
 MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# A pod's index in its job: an Indexed Job's completion index (annotation, set by the Job
+# controller), else an MPIJob replica's index (label, set by mpi-operator; its launcher is 0).
+JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"

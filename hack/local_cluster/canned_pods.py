@@ -3,6 +3,8 @@
 Every container's log is `hack/canned-logs/<name>.log`, written at once when the pod is bound, and
 kwok's stages drive the pod (stage pod-ready waits for the annotation
 `kubetest2-training.local/logs-ready`, as a kubelet starts containers only once it can log them).
+`{index}` in a name is the pod's index in its job (an Indexed Job's completion index, an MPIJob
+replica's index), so each pod of a large job can serve its own lines.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .annotations import CANNED_LOG_ANNOTATION, FAIL_ANNOTATION, LOGS_READY_ANNOTATION
+from .annotations import (
+    CANNED_LOG_ANNOTATION,
+    FAIL_ANNOTATION,
+    JOB_INDEX_ANNOTATION,
+    LOGS_READY_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+)
 from .api import ApiClient
 from .cri_log import cri_lines, mark_exited
 from .pod_files import PodFiles, all_containers, apply_logs
@@ -22,6 +30,17 @@ from .pod_files import PodFiles, all_containers, apply_logs
 FAILURE_CANNED_LOG = "bert-mpirun-missing-env"
 # An annotation value becomes a file name: no path separators, no dot-dot.
 CANNED_LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Replaced in a canned log name by the pod's index in its job (pod_index).
+INDEX_PLACEHOLDER = "{index}"
+
+
+def pod_index(pod: dict[str, Any]) -> str | None:
+    """The pod's index in its job: an Indexed Job's completion index, else an MPIJob replica's."""
+    meta = pod["metadata"]
+    index = (meta.get("annotations") or {}).get(JOB_INDEX_ANNOTATION)
+    if index is None:
+        index = (meta.get("labels") or {}).get(REPLICA_INDEX_LABEL)
+    return index if index is not None and index.isdigit() else None
 
 
 def canned_by_annotation(pod: dict[str, Any]) -> bool:
@@ -46,7 +65,7 @@ class CannedPods:
         entries = []
         for container in all_containers(pod):
             name = container["name"]
-            content = cri_lines(self.lines(annotations, name), started)
+            content = cri_lines(self.lines(pod, name), started)
             container_dir = self.files.logs_dir(pod) / name
             container_dir.mkdir(parents=True, exist_ok=True)
             (container_dir / "0.log").write_text(content)
@@ -69,12 +88,20 @@ class CannedPods:
             if log_file.exists():
                 mark_exited(log_file)
 
-    def lines(self, annotations: dict[str, str], container: str) -> list[str]:
+    def lines(self, pod: dict[str, Any], container: str) -> list[str]:
+        annotations = pod["metadata"].get("annotations") or {}
         if annotations.get(FAIL_ANNOTATION) == "image-pull":
             return []  # the container never ran
         name = annotations.get(f"{CANNED_LOG_ANNOTATION}-{container}") or annotations.get(CANNED_LOG_ANNOTATION)
         if not name:
             name = FAILURE_CANNED_LOG if FAIL_ANNOTATION in annotations else self.default_canned_log
+        if INDEX_PLACEHOLDER in name:
+            index = pod_index(pod)
+            if index is None:
+                return [f"kwok node agent: canned log {name!r} names the pod's index, and pod "
+                        f"{pod['metadata']['name']} has none (no {JOB_INDEX_ANNOTATION} annotation, "
+                        f"no {REPLICA_INDEX_LABEL} label)"]
+            name = name.replace(INDEX_PLACEHOLDER, index)
         if not CANNED_LOG_NAME.match(name):
             return [f"kwok node agent: invalid canned log name {name!r}"]
         path = self.canned_logs_dir / f"{name}.log"

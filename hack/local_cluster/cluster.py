@@ -32,6 +32,12 @@ STATE_MARKER = ".kubetest2-training-local-cluster"
 CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml")
 
 
+# Waiting for many nodes: at least this long per node (1,000 nodes took about 4 minutes), and
+# at most this many of those not ready named in a timeout's message.
+NODE_WAIT_S_PER_NODE = 0.5
+NODES_SHOWN = 10
+
+
 class ClusterError(Exception):
     """`up`, `down` or a wait failed; the message says which step and why."""
 
@@ -190,10 +196,14 @@ class LocalCluster:
 
         def node_states() -> str:
             managed = nodes.managed_nodes(api)
-            return ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)} "
-                             f"accepts pods={nodes.node_accepts_pods(n)}" for n in managed)
+            refusing = [n for n in managed if not nodes.node_accepts_pods(n)]
+            shown = ", ".join(f"{n['metadata']['name']} ready={nodes.node_is_ready(n)}" for n in refusing[:NODES_SHOWN])
+            more = f" and {len(refusing) - NODES_SHOWN} more" if len(refusing) > NODES_SHOWN else ""
+            return f"{len(refusing)} of {len(managed)} nodes not Ready or still tainted: {shown}{more}"
 
-        wait_until(nodes_ready, self.settings.wait_timeout_s, "the nodes to be Ready and untainted", node_states)
+        # The node lifecycle controller untaints new nodes a few a second: a thousand take minutes.
+        timeout_s = max(self.settings.wait_timeout_s, NODE_WAIT_S_PER_NODE * self.settings.node_count)
+        wait_until(nodes_ready, timeout_s, "the nodes to be Ready and untainted", node_states)
         wait_until(lambda: api.get_or_none("ServiceAccount", "default", "default") is not None,
                    self.settings.wait_timeout_s, "ServiceAccount default/default (kube-controller-manager)")
 
