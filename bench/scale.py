@@ -1,0 +1,623 @@
+"""The harness's cost curve from 8 to 1,000 GPU nodes (8,000 ranks): each phase's wall and CPU time,
+peak RSS, API requests, bytes read, JUnit size, and the fitted growth of each. `name: value unit`
+lines, then a table per launcher.
+
+    .venv/bin/python bench/scale.py                                # on-cluster and offline, every size
+    .venv/bin/python bench/scale.py cluster --nodes 8,64,256       # only on the local cluster
+    .venv/bin/python bench/scale.py offline --nodes 8,64,256,1000  # parse..report on generated logs
+
+On-cluster (`cluster`): a local cluster of its own (KT2T_STATE / KT2T_PORT_OFFSET, else
+/tmp/kt2t-bench/scale/cluster and offset 400), GPU-shaped kwok nodes (8 GPUs each), and for each
+size and launcher `e2e-nvidia-training --test.run=TestBertTraining` across every node: torchrun (an
+Indexed Job, one pod per node, 8 ranks each) and mpi (an MPIJob: a worker per node, the launcher's
+tagged log holds every rank). Every pod serves its own generated log (bench/scale_logs.py: about 64
+KiB a pod, every 50th pod 1 MiB) through the node agent's `{index}` canned-log names. The binary's
+`-test.v` lines mark the phases (its training_job.py logs each); at each mark the bench reads the
+binary's CPU and RSS from /proc, and the cluster's components' CPU, so each phase has its own CPU
+figures. report.html is timed as `python -m harness.report ARTIFACTS` afterwards.
+
+Offline (`offline`): the same test function (testbins' assess_training), the JUnit writer and the
+report on generated logs already on disk, with no cluster: parse, verdict, JUnit and report at up
+to 8,000 ranks (and beyond) where the local cluster cannot go, each in a fresh process.
+
+Figures are the harness's CPU (trustworthy on a busy machine) and wall times (medians need
+repeats; the load average is printed with each run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_logs
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = Path(sys.executable)
+BINARY = PYTHON.parent / "e2e-nvidia-training"
+LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
+CANNED = REPO / "hack" / "canned-logs"
+WORK = Path("/tmp/kt2t-bench/scale")
+CLUSTER_ENV = {"KT2T_STATE": os.environ.get("KT2T_STATE") or str(WORK / "cluster"),
+               "KT2T_PORT_OFFSET": os.environ.get("KT2T_PORT_OFFSET") or "400"}
+ANNOTATION = "kubetest2-training.local"
+LOG_PREFIX = "scale-bench"
+GPUS_PER_NODE = 8
+LAUNCHERS = ("torchrun", "mpi")
+SIZES = (8, 64, 256, 1000)
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "mpi-operator",
+              "node-agent")
+
+# The binary's -test.v lines that end each phase, in order (harness/training_job.py logs them).
+MARKS = (
+    ("run", re.compile(r"^=== RUN\s+TestBertTraining$")),
+    ("launched", re.compile(r"^\s+launched ")),
+    ("started", re.compile(r"^\s+all \d+ worker pods started")),
+    ("done", re.compile(r"^\s+(mpi)?job \S+ succeeded after")),
+    ("captured", re.compile(r"^\s+captured \d+ logs")),
+    ("parsed", re.compile(r"^\s+parsed the metrics")),
+    ("teardown", re.compile(r"^\s+teardown of ")),
+    ("tested", re.compile(r"^--- (PASS|FAIL): TestBertTraining")),
+    ("finished", re.compile(r"^(PASS|FAIL)$")),
+)
+# phase -> (the mark it starts at, the mark it ends at); "start" is the binary's start.
+PHASES = {
+    "discovery": ("start", "run"),  # interpreter start, imports, connect, node discovery
+    "launch": ("run", "launched"),  # namespace, render, apply
+    "wait_running": ("launched", "started"),  # until every worker pod started
+    "wait_done": ("started", "done"),  # the training itself (canned: run-duration)
+    "log_capture": ("done", "captured"),
+    "parse": ("captured", "parsed"),
+    "verdict": ("parsed", "teardown"),  # metrics recorded as properties, the checks
+    "teardown": ("teardown", "tested"),  # events, delete, namespace gone
+    "junit": ("tested", "finished"),  # JUnit and metadata.json written
+}
+
+
+def emit(name: str, value: float | int | str, unit: str = "", note: str = "") -> None:
+    """One figure: `name: value unit`, with an optional note after `#`."""
+    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+    print(f"{name}: {shown} {unit}".rstrip() + (f"  # {note}" if note else ""), flush=True)
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc readings: a process's CPU, memory and bytes read
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (and of its waited-for children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+
+
+def proc_status_mib(pid: int, field_name: str) -> float:
+    match = re.search(rf"^{field_name}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    return int(match.group(1)) / 1024 if match else 0.0
+
+
+def proc_read_bytes(pid: int) -> int:
+    """rchar: every byte the process read (sockets and files)."""
+    match = re.search(r"^rchar: (\d+)", Path(f"/proc/{pid}/io").read_text(), re.M)
+    return int(match.group(1)) if match else 0
+
+
+def component_pids() -> dict[str, list[int]]:
+    """The cluster's processes (a supervised component: the supervisor and its child)."""
+    run = Path(CLUSTER_ENV["KT2T_STATE"]) / "run"
+    pids: dict[str, list[int]] = {}
+    for name in COMPONENTS:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((run / f"{name}.pid").read_text().split()[0])
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            pids[name] = [pid, *map(int, children)]
+    return pids
+
+
+def components_cpu(pids: dict[str, list[int]]) -> dict[str, float]:
+    cpu = {}
+    for name, group in pids.items():
+        with contextlib.suppress(OSError):
+            cpu[name] = sum(proc_cpu(pid) for pid in group)
+    return cpu
+
+
+def components_rss(pids: dict[str, list[int]]) -> dict[str, float]:
+    rss = {}
+    for name, group in pids.items():
+        with contextlib.suppress(OSError):
+            rss[name] = sum(proc_status_mib(pid, "VmRSS") for pid in group)
+    return rss
+
+
+@dataclass
+class Mark:
+    """A moment of the run: wall time, the binary's CPU and RSS, the cluster's CPU."""
+
+    wall: float
+    cpu: float
+    rss_mib: float
+    cluster_cpu: dict[str, float]
+
+
+@dataclass
+class RunResult:
+    marks: dict[str, Mark] = field(default_factory=dict)
+    rc: int = -1
+    cpu: float = 0.0
+    peak_rss_mib: float = 0.0
+    rchar: int = 0
+    cluster_peak_rss: dict[str, float] = field(default_factory=dict)
+    properties: dict[str, str] = field(default_factory=dict)
+    outcome: str = ""
+    junit_bytes: int = 0
+    artifacts: Path | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The bench's own cluster
+
+
+def local_cluster(*args: str, timeout: float = 3600) -> str:
+    result = subprocess.run([str(LOCAL_CLUSTER), *args], env={**os.environ, **CLUSTER_ENV}, capture_output=True,
+                            text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
+@contextlib.contextmanager
+def bench_cluster(keep: bool) -> Iterator[str]:
+    progress(f"hack/local-cluster up (KT2T_STATE={CLUSTER_ENV['KT2T_STATE']}, "
+             f"KT2T_PORT_OFFSET={CLUSTER_ENV['KT2T_PORT_OFFSET']})")
+    kubeconfig = local_cluster("up").strip().splitlines()[-1]
+    try:
+        yield kubeconfig
+    finally:
+        if keep:
+            progress(f"cluster left running: KUBECONFIG={kubeconfig}")
+        else:
+            progress("hack/local-cluster down")
+            local_cluster("down")
+
+
+def set_gpu_nodes(count: int) -> None:
+    """Replace the nodes with `count` GPU nodes; print how long it took and the cluster's memory."""
+    progress(f"hack/local-cluster nodes --shape gpu --count {count}")
+    started = time.perf_counter()
+    local_cluster("nodes", "--shape", "gpu", "--count", str(count))
+    wall = time.perf_counter() - started
+    emit(f"scale.nodes_{count}.create_nodes.wall", wall, "s",
+         f"{count / wall:.1f} nodes/s Ready and untainted; load {load_average()}")
+    for name, mib in components_rss(component_pids()).items():
+        emit(f"scale.nodes_{count}.cluster.{name}.rss", mib, "MiB", "after the nodes are Ready")
+
+
+@contextlib.contextmanager
+def canned_logs(launcher: str, nodes: int) -> Iterator[dict[str, str]]:
+    """Writes each pod's generated log under hack/canned-logs/; yields the POD_ANNOTATIONS for them."""
+    written: list[Path] = []
+    if launcher == "torchrun":
+        size = scale_logs.write_pod_logs(CANNED, f"{LOG_PREFIX}-torchrun", nodes, GPUS_PER_NODE)
+        written = [CANNED / f"{LOG_PREFIX}-torchrun-{i}.log" for i in range(nodes)]
+        annotations = {f"{ANNOTATION}/canned-log-worker": f"{LOG_PREFIX}-torchrun-{{index}}"}
+    else:
+        launcher_log, worker_log = CANNED / f"{LOG_PREFIX}-mpi-launcher.log", CANNED / f"{LOG_PREFIX}-mpi-worker.log"
+        size = scale_logs.write_launcher_log(launcher_log, nodes, GPUS_PER_NODE)
+        worker_log.write_text(scale_logs.WORKER_LOG)
+        written = [launcher_log, worker_log]
+        annotations = {f"{ANNOTATION}/canned-log-launcher": launcher_log.stem,
+                       f"{ANNOTATION}/canned-log-worker": worker_log.stem}
+    progress(f"generated {size / 2**20:.1f} MiB of logs for {nodes} nodes ({launcher})")
+    try:
+        yield annotations
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# One run of the binary, its phases marked from its output
+
+
+def _sample_cluster_rss(pids: dict[str, list[int]], peaks: dict[str, float], stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        for name, mib in components_rss(pids).items():
+            peaks[name] = max(peaks.get(name, 0.0), mib)
+
+
+def run_binary(kubeconfig: str, launcher: str, nodes: int, annotations: dict[str, str],
+               run_duration: str) -> RunResult:
+    """TestBertTraining across every node; marks at each phase's log line."""
+    artifacts = Path(tempfile.mkdtemp(prefix=f"artifacts-{launcher}-{nodes}-", dir=WORK))
+    pod_annotations = {**annotations, f"{ANNOTATION}/run-duration": run_duration}
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "ARTIFACTS": str(artifacts), "LAUNCHER": launcher,
+           "JOB_TIMEOUT": "30m", "KUBETEST2_RUN_ID": f"scale{uuid.uuid4().hex[:6]}",
+           "POD_ANNOTATIONS": ",".join(f"{k}={v}" for k, v in pod_annotations.items())}
+    command = [str(BINARY), "--test.run=^TestBertTraining$", "--test.v", "--test.timeout=40m"]
+    pids = component_pids()
+    result = RunResult(artifacts=artifacts)
+    peaks: dict[str, float] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_cluster_rss, args=(pids, peaks, stop), daemon=True)
+    started = time.perf_counter()
+    with open(artifacts / "stdout.txt", "w") as transcript:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   bufsize=1, cwd=REPO)
+        result.marks["start"] = Mark(0.0, 0.0, 0.0, components_cpu(pids))
+        sampler.start()
+        assert process.stdout is not None
+        for line in process.stdout:
+            now = time.perf_counter() - started
+            transcript.write(f"{now:9.3f} {line}")
+            _mark(result, process.pid, pids, line.rstrip("\n"), now)
+        _, status, usage = os.wait4(process.pid, 0)
+    stop.set()
+    result.marks["exit"] = Mark(time.perf_counter() - started, usage.ru_utime + usage.ru_stime,
+                                usage.ru_maxrss / 1024, components_cpu(pids))
+    result.rc = os.waitstatus_to_exitcode(status)
+    result.cpu, result.peak_rss_mib = usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    result.cluster_peak_rss = peaks
+    _read_junit(result, artifacts / "junit_e2e-nvidia-training.xml")
+    return result
+
+
+def _mark(result: RunResult, pid: int, pids: dict[str, list[int]], line: str, now: float) -> None:
+    for name, pattern in MARKS:
+        if name not in result.marks and pattern.search(line):
+            with contextlib.suppress(OSError):
+                result.marks[name] = Mark(now, proc_cpu(pid), proc_status_mib(pid, "VmRSS"), components_cpu(pids))
+                if name == "finished":  # the last moment /proc/<pid>/io is there to read
+                    result.rchar = proc_read_bytes(pid)
+            return
+
+
+def _read_junit(result: RunResult, path: Path) -> None:
+    if not path.exists():
+        result.outcome = "no JUnit"
+        return
+    result.junit_bytes = path.stat().st_size
+    root = ET.parse(path).getroot()
+    case = root.find(".//testcase")
+    result.properties = {p.get("name") or "": p.get("value") or "" for p in root.iter("property")}
+    result.outcome = "PASS"
+    for tag in ("failure", "error", "skipped"):
+        element = case.find(tag) if case is not None else None
+        if element is not None:
+            result.outcome = f"{tag.upper()}: {(element.get('message') or '')[:160]}"
+
+
+def time_report(artifacts: Path) -> dict[str, float]:
+    """`python -m harness.report ARTIFACTS` in a fresh process: wall, CPU, peak RSS, page size."""
+    started = time.perf_counter()
+    process = subprocess.Popen([str(PYTHON), "-m", "harness.report", str(artifacts)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, cwd=REPO)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    page = artifacts / "report.html"
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss / 1024,
+            "bytes": page.stat().st_size if page.exists() else 0, "rc": os.waitstatus_to_exitcode(status)}
+
+
+def _wait_quiet(kubeconfig: str, timeout: float = 600) -> None:
+    """Until no namespace is terminating: a previous run's pods still being deleted is load."""
+    from harness.cluster import Cluster
+    from harness.resources import NAMESPACE
+
+    cluster = Cluster.connect(kubeconfig)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(n["status"].get("phase") == "Terminating" for n in cluster.list(NAMESPACE)["items"]):
+            return
+        time.sleep(2)
+    progress("a namespace is still terminating; going on")
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+@dataclass
+class Row:
+    """One figure of one size, for the table and the growth fit."""
+
+    metric: str
+    unit: str
+    value: float | None
+
+
+def phase_rows(result: RunResult) -> list[Row]:
+    rows = []
+    for phase, (begin, end) in PHASES.items():
+        a, b = result.marks.get(begin), result.marks.get(end)
+        rows.append(Row(f"{phase}.wall", "s", b.wall - a.wall if a and b else None))
+        rows.append(Row(f"{phase}.cpu", "s", b.cpu - a.cpu if a and b and end != "start" else None))
+    return rows
+
+
+def emit_run(launcher: str, nodes: int, result: RunResult, report: dict[str, float], load: str) -> list[Row]:
+    """Print a run's figures; return the rows of its table column."""
+    prefix = f"scale.{launcher}.nodes_{nodes}"
+    pods = nodes + (1 if launcher == "mpi" else 0)
+    emit(f"{prefix}.outcome", result.outcome, "", f"exit {result.rc}; {pods} pods, {nodes * GPUS_PER_NODE} ranks; "
+         f"load {load}")
+    rows = phase_rows(result)
+    rows += [
+        Row("report.wall", "s", report["wall"]), Row("report.cpu", "s", report["cpu"]),
+        Row("report.peak_rss", "MiB", report["rss"]), Row("report.size", "MB", report["bytes"] / 1e6),
+        Row("harness.cpu", "s", result.cpu), Row("harness.peak_rss", "MiB", result.peak_rss_mib),
+        Row("harness.api_requests", "", _number(result.properties.get("api-requests"))),
+        Row("harness.read", "MiB", result.rchar / 2**20),
+        Row("logs.captured", "MiB", (_number(result.properties.get("logs.bytes")) or 0) / 2**20),
+        Row("junit.size", "MB", result.junit_bytes / 1e6),
+    ]
+    done, decided = result.marks.get("done"), result.marks.get("teardown")
+    rows.append(Row("verdict_after_done.wall", "s", decided.wall - done.wall if done and decided else None))
+    started = _number(result.properties.get("phase.pods_started.seconds"))
+    rows.append(Row("pods_started_rate", "pods/s", nodes / started if started else None))
+    capture_begin, capture_end = result.marks.get("done"), result.marks.get("captured")
+    if capture_begin and capture_end:
+        for name in ("kwok", "kube-apiserver"):
+            cpu = capture_end.cluster_cpu.get(name, 0.0) - capture_begin.cluster_cpu.get(name, 0.0)
+            rows.append(Row(f"log_capture.{name}_cpu", "s", cpu))
+    begin, end = result.marks["start"], result.marks["exit"]
+    for name in COMPONENTS:
+        rows.append(Row(f"cluster.{name}.cpu", "s", end.cluster_cpu.get(name, 0.0) - begin.cluster_cpu.get(name, 0.0)))
+        rows.append(Row(f"cluster.{name}.peak_rss", "MiB", result.cluster_peak_rss.get(name)))
+    for row in rows:
+        if row.value is not None:
+            emit(f"{prefix}.{row.metric}", row.value, row.unit)
+    return rows
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def growth(sizes: list[int], values: list[float | None]) -> float | None:
+    """The exponent b of value ~ size^b: least squares of log(value) on log(size)."""
+    points = [(math.log(s), math.log(v)) for s, v in zip(sizes, values, strict=True) if v and v > 0]
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else None
+
+
+def print_table(title: str, sizes: list[int], columns: dict[int, list[Row]], size_label: str) -> None:
+    """Markdown table: a row per metric, a column per size, the fitted exponent last."""
+    metrics = list(dict.fromkeys(row.metric for rows in columns.values() for row in rows))
+    units = {row.metric: row.unit for rows in columns.values() for row in rows}
+    print(f"\n{title}\n")
+    print(f"| figure | {' | '.join(f'{s} {size_label}' for s in sizes)} | growth exponent |")
+    print("|---|" + "---|" * (len(sizes) + 1))
+    for metric in metrics:
+        values = [next((r.value for r in columns[s] if r.metric == metric), None) for s in sizes]
+        exponent = growth(sizes, values)
+        shown = [f"{v:.3g}" if v is not None else "-" for v in values]
+        unit = f" ({units[metric]})" if units[metric] else ""
+        print(f"| {metric}{unit} | {' | '.join(shown)} | {f'{exponent:.2f}' if exponent is not None else '-'} |")
+    print(flush=True)
+
+
+def emit_growth(prefix: str, sizes: list[int], columns: dict[int, list[Row]]) -> None:
+    metrics = list(dict.fromkeys(row.metric for rows in columns.values() for row in rows))
+    for metric in metrics:
+        values = [next((r.value for r in columns[s] if r.metric == metric), None) for s in sizes]
+        exponent = growth(sizes, values)
+        if exponent is not None:
+            emit(f"{prefix}.growth.{metric}", exponent, "", "exponent b of value ~ size^b (1: linear)")
+
+
+# ---------------------------------------------------------------------------------------------
+# On the cluster
+
+
+def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str], run_duration: str) -> None:
+    tables: dict[str, dict[int, list[Row]]] = {launcher: {} for launcher in launchers}
+    for nodes in sizes:
+        set_gpu_nodes(nodes)
+        for launcher in launchers:
+            _wait_quiet(kubeconfig)
+            with canned_logs(launcher, nodes) as annotations:
+                load = load_average()
+                progress(f"TestBertTraining, {launcher}, {nodes} nodes x {GPUS_PER_NODE} ranks (load {load})")
+                result = run_binary(kubeconfig, launcher, nodes, annotations, run_duration)
+            assert result.artifacts is not None
+            report = time_report(result.artifacts)
+            tables[launcher][nodes] = emit_run(launcher, nodes, result, report, load)
+            shutil.rmtree(result.artifacts, ignore_errors=True)
+    for launcher, columns in tables.items():
+        done = [s for s in sizes if s in columns]
+        emit_growth(f"scale.{launcher}", done, columns)
+        print_table(f"On the local cluster, {launcher} (TestBertTraining, {GPUS_PER_NODE} ranks per node)", done,
+                    columns, "nodes")
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline: the test's own code on logs already on disk
+
+
+def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dict[str, Any]:
+    """In a fresh process: TestBertTraining's assessment on captured logs (no cluster), then the
+    JUnit; each phase's wall, CPU and the peak RSS."""
+    from harness.cancel import CancelToken
+    from harness.cli import parse_args
+    from harness.config import resolve
+    from harness.launchers import LAUNCHERS as HARNESS_LAUNCHERS
+    from harness.launchers import Workload
+    from harness.runner import write_results
+    from harness.suite import Selector
+    from harness.testing import Output, Session, TestContext
+    from harness.topology import NodeInfo, Topology
+    from harness.training_job import TrainingJob, placement_for
+    from testbins.e2e_nvidia_training import SUITE, assess_training
+
+    timings: dict[str, tuple[float, float]] = {}
+
+    @contextlib.contextmanager
+    def timed(phase: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        timings[phase] = (time.perf_counter() - wall, time.process_time() - cpu)
+
+    cfg = resolve(parse_args(["--test.run=^TestBertTraining$"]), {"ARTIFACTS": str(artifacts)})
+    node_infos = tuple(NodeInfo(f"kwok-gpu-{i}", "p4d.24xlarge", GPUS_PER_NODE, 0, True) for i in range(nodes))
+    session = Session("e2e-nvidia-training", cfg, artifacts, CancelToken(), Output(False), Selector.from_config(cfg),
+                      topology=Topology("p4d.24xlarge", node_infos, GPUS_PER_NODE, 0, {}))
+    pods, captured = _offline_pods(launcher, nodes, logs)
+
+    def test(t: TestContext) -> None:
+        placement = placement_for(t, "offline", Workload("bert-training", "workloads.bert"))
+        job = TrainingJob(t, Workload("bert-training", "workloads.bert"), HARNESS_LAUNCHERS[launcher], placement)
+        job.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
+        job._captured = captured
+        with timed("log_excerpts"):
+            job._attach_excerpts(logs)
+        with timed("parse"):
+            metrics = job.metrics()
+        job.metrics = lambda: metrics  # type: ignore[method-assign]  # the test's own call: parsed above
+        with timed("verdict"):
+            assess_training(t, job, "throughput", "samples/s")
+
+    TestContext(session, "TestBertTraining").execute(test)
+    with timed("junit"):
+        write_results(SUITE, artifacts, session.results, {"tester-version": "bench"})
+    return {"timings": timings, "outcome": session.results[0].outcome.value,
+            "message": session.results[0].message[:200],
+            "peak_rss_mib": proc_status_mib(os.getpid(), "VmHWM"),
+            "junit_bytes": SUITE.junit_path(artifacts).stat().st_size}
+
+
+def _offline_pods(launcher: str, nodes: int, logs: Path) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Pods as the wait saw them and their logs as capture_pod_logs left them (header line first)."""
+    from harness.logs import CapturedLog
+
+    pods, captured = [], []
+    for i in range(nodes):
+        name = f"bert-training-worker-{i}" if launcher == "mpi" else f"bert-training-{i}-x{i:05d}"
+        annotations = {} if launcher == "mpi" else {"batch.kubernetes.io/job-completion-index": str(i)}
+        pods.append({"metadata": {"name": name, "annotations": annotations},
+                     "spec": {"nodeName": f"kwok-gpu-{i}"}, "status": {"phase": "Succeeded"}})
+    names = [p["metadata"]["name"] for p in pods] + (["bert-training-launcher-abcde"] if launcher == "mpi" else [])
+    for name in names:
+        path = logs / f"{name}.log"
+        captured.append(CapturedLog(name, "kwok-gpu-0", "worker", path, size=path.stat().st_size))
+    return pods, captured
+
+
+def write_offline_logs(launcher: str, nodes: int, logs: Path) -> int:
+    """The logs as capture_pod_logs writes them: a header line, then the container's output."""
+    logs.mkdir(parents=True, exist_ok=True)
+    scratch = logs / "generated"
+    scratch.mkdir()
+    if launcher == "torchrun":
+        total = scale_logs.write_pod_logs(scratch, "pod", nodes, GPUS_PER_NODE)
+        sources = {f"bert-training-{i}-x{i:05d}": scratch / f"pod-{i}.log" for i in range(nodes)}
+    else:
+        total = scale_logs.write_launcher_log(scratch / "launcher.log", nodes, GPUS_PER_NODE)
+        (scratch / "worker.log").write_text(scale_logs.WORKER_LOG)
+        sources = {f"bert-training-worker-{i}": scratch / "worker.log" for i in range(nodes)}
+        sources["bert-training-launcher-abcde"] = scratch / "launcher.log"
+    for name, source in sources.items():
+        with open(logs / f"{name}.log", "wb") as out, open(source, "rb") as src:
+            out.write(f"=== pod {name} | node kwok-gpu-0 | container worker\n".encode())
+            shutil.copyfileobj(src, out)
+    shutil.rmtree(scratch)
+    return total
+
+
+def bench_offline(sizes: list[int], launchers: list[str]) -> None:
+    for launcher in launchers:
+        columns: dict[int, list[Row]] = {}
+        for nodes in sizes:
+            with tempfile.TemporaryDirectory(prefix=f"offline-{launcher}-{nodes}-", dir=WORK) as folder:
+                artifacts = Path(folder) / "artifacts"
+                logs = artifacts / "e2e-nvidia-training" / "TestBertTraining" / "logs"
+                total = write_offline_logs(launcher, nodes, logs)
+                result = subprocess.run([str(PYTHON), __file__, "_offline", launcher, str(nodes), str(logs),
+                                         str(artifacts)], capture_output=True, text=True, check=False, cwd=REPO)
+                if result.returncode != 0:
+                    raise SystemExit(f"offline child failed:\n{result.stderr[-4000:]}")
+                child = json.loads(result.stdout.strip().splitlines()[-1])
+                report = time_report(artifacts)
+            prefix = f"scale.offline.{launcher}.ranks_{nodes * GPUS_PER_NODE}"
+            emit(f"{prefix}.outcome", child["outcome"], "", f"{child['message']}; {total / 2**20:.1f} MiB of logs; "
+                 f"load {load_average()}")
+            rows = [Row(f"{phase}.{kind}", "s", value[i]) for phase, value in child["timings"].items()
+                    for i, kind in enumerate(("wall", "cpu"))]
+            rows += [Row("report.wall", "s", report["wall"]), Row("report.cpu", "s", report["cpu"]),
+                     Row("report.peak_rss", "MiB", report["rss"]), Row("report.size", "MB", report["bytes"] / 1e6),
+                     Row("peak_rss", "MiB", child["peak_rss_mib"]), Row("junit.size", "MB", child["junit_bytes"] / 1e6),
+                     Row("logs", "MiB", total / 2**20)]
+            for row in rows:
+                emit(f"{prefix}.{row.metric}", row.value or 0.0, row.unit)
+            columns[nodes * GPUS_PER_NODE] = rows
+        ranks = [n * GPUS_PER_NODE for n in sizes]
+        emit_growth(f"scale.offline.{launcher}", ranks, columns)
+        print_table(f"Offline (generated logs, no cluster), {launcher}: parse, verdict, JUnit, report", ranks,
+                    columns, "ranks")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["_offline"]:
+        launcher, nodes, logs, artifacts = sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
+        print(json.dumps(offline_child(launcher, nodes, logs, artifacts)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modes", nargs="*", help="cluster, offline (default: both)")
+    parser.add_argument("--nodes", default=",".join(map(str, SIZES)), help="node counts (default 8,64,256,1000)")
+    parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="torchrun,mpi (default both)")
+    parser.add_argument("--run-duration", default="10s", help="how long each canned pod runs (Go duration)")
+    parser.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster running")
+    args = parser.parse_args()
+    modes = args.modes or ["cluster", "offline"]
+    if set(modes) - {"cluster", "offline"}:
+        parser.error(f"unknown modes {sorted(set(modes) - {'cluster', 'offline'})}; choose cluster or offline")
+    sizes = sorted(int(n) for n in args.nodes.split(","))
+    launchers = [name for name in args.launchers.split(",") if name]
+    unknown = set(launchers) - set(LAUNCHERS)
+    if unknown:
+        parser.error(f"unknown launchers {sorted(unknown)}; choose from {', '.join(LAUNCHERS)}")
+    WORK.mkdir(parents=True, exist_ok=True)
+    progress(f"load average {load_average()}")
+    if "offline" in modes:
+        bench_offline(sizes, launchers)
+    if "cluster" in modes:
+        with bench_cluster(args.keep_cluster) as kubeconfig:
+            bench_cluster_sizes(kubeconfig, sizes, launchers, args.run_duration)
+
+
+if __name__ == "__main__":
+    main()
