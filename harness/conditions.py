@@ -10,11 +10,13 @@ resourceVersion: a pod event costs O(1), not O(pods) (bench/harness_costs.py cpu
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from harness.errors import JobFailed
 from harness.mpirun import mpi_role
-from harness.pods import node_of, pod_failure_reason, true_condition
+from harness.parsers import format_duration
+from harness.pods import node_of, pod_failure_reason, true_condition, unschedulable_message
 from harness.resources import JOB, MPIJOB, NODE, POD, Obj, Resource
 from harness.topology import GPU_RESOURCE, NodeInfo
 from harness.wait import Condition
@@ -140,20 +142,49 @@ class _FailingPods:
         # uid -> (resourceVersion, reason): a pod's verdict changes only with a new version of
         # it unless a grace period is running, so a re-list does not judge every pod again.
         self.verdicts: dict[str, tuple[str, str | None]] = {}
+        # The pods seen (not deleted), and those the scheduler cannot place with its message:
+        # partial scheduling is reported as how many are pending and why.
+        self.alive: set[Key] = set()
+        self.unschedulable: dict[Key, str] = {}
 
-    def first(self, state: ClusterState, now: float) -> tuple[str, str] | None:
-        """(pod name, reason) of the first failing pod, or None."""
+    def first(self, state: ClusterState, now: float) -> tuple[Key, str, str] | None:
+        """(key, pod name, reason) of the first failing pod, or None."""
         changed, fresh = self.cursor.changed(state)
         if fresh:
-            self.failing.clear()
-            self.timed.clear()
+            for kept in (self.failing, self.timed, self.alive, self.unschedulable):
+                kept.clear()
         for key in {*changed, *self.timed}:
             self.timed.discard(key)
             self.failing.pop(key, None)
             pod = state.get("Pod", *key)
+            self._note_scheduling(key, pod)
             if pod is not None:
                 self._judge(key, pod, state, now)
-        return self.failing[min(self.failing)] if self.failing else None
+        if not self.failing:
+            return None
+        key = min(self.failing)
+        return (key, *self.failing[key])
+
+    def _note_scheduling(self, key: Key, pod: Obj | None) -> None:
+        message = None if pod is None else unschedulable_message(pod)
+        if pod is None:
+            self.alive.discard(key)
+        else:
+            self.alive.add(key)
+        if message is None:
+            self.unschedulable.pop(key, None)
+        else:
+            self.unschedulable[key] = message
+
+    def describe(self, key: Key, reason: str) -> str:
+        """The failure; for an unschedulable pod, with how many pods are pending and why."""
+        if key not in self.unschedulable:
+            return reason
+        others = Counter(message for other, message in self.unschedulable.items()
+                         if message != self.unschedulable[key])
+        also = "; ".join(f"{count} pod(s): {message}" for message, count in others.most_common(3))
+        return (f"{len(self.unschedulable)} of {len(self.alive)} pods Pending, unschedulable past POD_FAILURE_GRACE "
+                f"({format_duration(self.grace)}): {reason}" + (f"; other reasons: {also}" if also else ""))
 
     def _judge(self, key: Key, pod: Obj, state: ClusterState, now: float) -> None:
         meta = pod["metadata"]
@@ -186,11 +217,11 @@ def any_pod_failed(namespace: str, label_selector: str, grace: float,
 
     def check(state: ClusterState, now: float) -> str | None:
         found = failing.first(state, now)
-        return found[1] if found else None
+        return failing.describe(found[0], found[2]) if found else None
 
     def blame(state: ClusterState, now: float) -> str | None:
         found = failing.first(state, now)
-        return found[0] if found else None
+        return found[1] if found else None
 
     return Condition(f"a pod ({label_selector}) to fail", (Watched(POD, namespace, label_selector),), check, blame)
 

@@ -88,6 +88,16 @@ def _wait_for_gpus(cluster: Cluster, cfg: Config, selection: Selection, wanted: 
     return Selection(again.node_type, again.ready, selection.count, selection.origins)
 
 
+def _check_fits_node_type(selection: Selection, wanted: int) -> None:
+    """More GPUs per node than the node type has is a configuration error at once: the device
+    plugin, once up, advertises them all, so waiting only helps nodes that advertise none yet."""
+    most = max((n.gpus for n in selection.ready), default=0)
+    if 0 < most < wanted:
+        raise ConfigError(f"discover GPUs: GPUS_PER_NODE={wanted} but the {selection.node_type} nodes have at most "
+                          f"{most} {GPU_RESOURCE} each: a job of {selection.count} nodes x {wanted} GPUs does not "
+                          f"fit this node type; set GPUS_PER_NODE to {most} or less")
+
+
 def _gpus(cluster: Cluster, cfg: Config, selection: Selection,
           cancel: CancelToken) -> tuple[list[NodeInfo], int, Origin]:
     """The nodes to use, GPUs (processes) per node and where that number came from."""
@@ -96,6 +106,7 @@ def _gpus(cluster: Cluster, cfg: Config, selection: Selection,
             return selection.ready, cfg.gpus_per_node, cfg.origin("gpus_per_node")
         return selection.ready, 1, Origin(Source.DERIVED, "one process per node with ACCELERATOR=cpu")
     wanted = cfg.gpus_per_node or 1
+    _check_fits_node_type(selection, wanted)
     if sum(1 for n in selection.ready if n.gpus >= wanted) < selection.count:
         selection = _wait_for_gpus(cluster, cfg, selection, wanted, cancel)
     usable = [n for n in selection.ready if n.gpus >= wanted]

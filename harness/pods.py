@@ -91,16 +91,24 @@ def _phase_failure(pod: Obj) -> str | None:
     return f"{where} failed: {status.get('reason', '')} {status.get('message', '')}".strip()
 
 
-def _unschedulable(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:
-    """The scheduler's reason, once a pod has been unschedulable for `grace`."""
+def unschedulable_message(pod: Obj) -> str | None:
+    """The scheduler's message while it cannot place the pod (PodScheduled False, Unschedulable)."""
     conditions = pod.get("status", {}).get("conditions") or []
     scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
     if not (scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"):
         return None
+    return str(scheduled.get("message", ""))
+
+
+def _unschedulable(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:
+    """The scheduler's reason, once a pod has been unschedulable for `grace`."""
+    message = unschedulable_message(pod)
+    if message is None:
+        return None
     held = held_for(f"{pod['metadata']['uid']}/unschedulable", now)
     if held < grace:
         return None
-    return f"pod {pod['metadata']['name']} unschedulable for {held:.0f}s: {scheduled.get('message', '')}".rstrip(": ")
+    return f"pod {pod['metadata']['name']} unschedulable for {held:.0f}s: {message}".rstrip(": ")
 
 
 def pod_failure_reason(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:

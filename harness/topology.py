@@ -46,9 +46,15 @@ class NodeInfo:
         )
 
 
+# Nodes named in a message; the rest are counted (a 1,000-node cluster made 60 KB messages).
+NODES_DESCRIBED = 10
+
+
 def describe_nodes(nodes: list[NodeInfo]) -> str:
-    return ", ".join(f"{n.name} ({n.instance_type}, {n.gpus} GPUs, {'Ready' if n.ready else 'NotReady'})"
-                     for n in nodes) or "none"
+    shown = ", ".join(f"{n.name} ({n.instance_type}, {n.gpus} GPUs, {'Ready' if n.ready else 'NotReady'})"
+                      for n in nodes[:NODES_DESCRIBED])
+    more = f" and {len(nodes) - NODES_DESCRIBED} more" if len(nodes) > NODES_DESCRIBED else ""
+    return shown + more or "none"
 
 
 @dataclass(frozen=True)

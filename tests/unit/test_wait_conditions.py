@@ -86,7 +86,8 @@ def test_unschedulable_after_grace_quotes_scheduler():
     state = state_of(p)
     assert check(p, now=0.0, state=state)[0] is None
     reason, _ = check(p, now=60.0, state=state)
-    assert reason == "pod w-0 unschedulable for 60s: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert reason.startswith("1 of 1 pods Pending, unschedulable past POD_FAILURE_GRACE")
+    assert reason.endswith("pod w-0 unschedulable for 60s: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
 
 
 def test_deleted_pod_is_not_a_failure():
