@@ -33,9 +33,12 @@ from harness.watch import ChangeCursor, ClusterState
 # How long a launcher still exiting after a failure (mpirun noticing a lost worker) is awaited
 # for its last words before the logs are captured.
 FAILURE_SETTLE_SECONDS = 15.0
-# Bytes of each pod's log kept in the JUnit <system-out> (the full log is in logs/).
+# Bytes of each pod's log kept in the JUnit <system-out> (the full log is in logs/), head and
+# tail, and the most all of a job's pods may take together: with many pods each gets an equal
+# share (a quarter head, the rest tail), so 1,000 pods keep the file tens of MB, not 64 MB of logs.
 JUNIT_LOG_HEAD = 16 * 1024
 JUNIT_LOG_TAIL = 48 * 1024
+JUNIT_LOGS_BUDGET = 16 * 1024 * 1024
 
 
 def require_launcher(cluster: Cluster, launcher: Launcher, needed_by: str, otherwise: str) -> None:
@@ -208,8 +211,16 @@ class TrainingJob:
         return self._captured
 
     def _attach_excerpts(self, logs_dir: Path) -> None:
-        for entry in self._captured or []:
-            self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
+        """Every log's excerpt into <system-out>, within JUNIT_LOGS_BUDGET for all of them, the cut
+        stated first; each excerpt points at its full file."""
+        captured = self._captured or []
+        share = min(JUNIT_LOG_HEAD + JUNIT_LOG_TAIL, JUNIT_LOGS_BUDGET // max(1, len(captured)))
+        head = min(JUNIT_LOG_HEAD, share // 4)
+        if share < JUNIT_LOG_HEAD + JUNIT_LOG_TAIL:
+            self.t.attach_output(f"{len(captured)} logs: each cut to its first {head} and last {share - head} "
+                                 f"bytes here ({JUNIT_LOGS_BUDGET // 2**20} MiB for all); full logs in {logs_dir}")
+        for entry in captured:
+            self.t.attach_output(entry.header + "\n" + entry.excerpt(head, share - head))
 
     def metrics(self) -> WorkloadMetrics:
         """Metrics of every rank, each rank located on its pod and node."""
