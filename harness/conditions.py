@@ -282,22 +282,34 @@ def pods_ended(namespace: str, label_selector: str, names: Iterable[str]) -> Con
 
 
 class _NodesNotReady:
-    """The first of some nodes that is NotReady or gone, judged again only after a node changed;
-    each node's readiness cached by resourceVersion (256 nodes: O(nodes x events) otherwise)."""
+    """The first of some nodes that is NotReady or gone: all of them judged once, then only the
+    nodes changed since the last look (a 1,000-node job's heartbeats re-judged every node on each
+    one); each node's readiness cached by resourceVersion."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
+        self.wanted = set(names)
         self.cursor = ChangeCursor("Node")
-        self.answer: str | None = None
+        self.failing: dict[str, str] = {}  # name -> reason, for the nodes NotReady or gone
+        self.judged_all = False
         self.verdicts: dict[str, tuple[str, str | None]] = {}  # name -> (resourceVersion, reason)
 
     def first(self, state: ClusterState) -> str | None:
         changed, fresh = self.cursor.changed(state)
         if not state.count("Node"):
             return None  # not listed yet
-        if changed or fresh:
-            self.answer = next(filter(None, (self._verdict(name, state) for name in self.names)), None)
-        return self.answer
+        if fresh or not self.judged_all:
+            self.failing = {name: reason for name in self.names if (reason := self._verdict(name, state))}
+            self.judged_all = True
+        else:
+            for _, name in changed:
+                if name in self.wanted:
+                    reason = self._verdict(name, state)
+                    if reason is None:
+                        self.failing.pop(name, None)
+                    else:
+                        self.failing[name] = reason
+        return self.failing[min(self.failing)] if self.failing else None
 
     def _verdict(self, name: str, state: ClusterState) -> str | None:
         node = state.get("Node", "", name)
