@@ -251,14 +251,19 @@ def _sample_cluster_rss(pids: dict[str, list[int]], peaks: dict[str, float], sto
 
 
 def run_binary(kubeconfig: str, launcher: str, nodes: int, annotations: dict[str, str],
-               run_duration: str) -> RunResult:
-    """TestBertTraining across every node; marks at each phase's log line."""
+               run_duration: str, profile: Path | None = None) -> RunResult:
+    """TestBertTraining across every node; marks at each phase's log line. With `profile`, under
+    py-spy (every thread, folded stacks into that folder): its own CPU then counts in the figures."""
     artifacts = Path(tempfile.mkdtemp(prefix=f"artifacts-{launcher}-{nodes}-", dir=WORK))
     pod_annotations = {**annotations, f"{ANNOTATION}/run-duration": run_duration}
     env = {**os.environ, "KUBECONFIG": kubeconfig, "ARTIFACTS": str(artifacts), "LAUNCHER": launcher,
            "JOB_TIMEOUT": "30m", "KUBETEST2_RUN_ID": f"scale{uuid.uuid4().hex[:6]}",
            "POD_ANNOTATIONS": ",".join(f"{k}={v}" for k, v in pod_annotations.items())}
     command = [str(BINARY), "--test.run=^TestBertTraining$", "--test.v", "--test.timeout=40m"]
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        command = [str(PYTHON.parent / "py-spy"), "record", "--rate", "200", "--format", "raw", "--threads",
+                   "--nonblocking", "-o", str(profile / f"{launcher}-{nodes}.txt"), "--", *command]
     pids = component_pids()
     result = RunResult(artifacts=artifacts)
     peaks: dict[str, float] = {}
@@ -441,7 +446,8 @@ def emit_growth(prefix: str, sizes: list[int], columns: dict[int, list[Row]]) ->
 # On the cluster
 
 
-def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str], run_duration: str) -> None:
+def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str], run_duration: str,
+                        profile: Path | None) -> None:
     tables: dict[str, dict[int, list[Row]]] = {launcher: {} for launcher in launchers}
     for nodes in sizes:
         set_gpu_nodes(nodes)
@@ -450,7 +456,7 @@ def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str],
             with canned_logs(launcher, nodes) as annotations:
                 load = load_average()
                 progress(f"TestBertTraining, {launcher}, {nodes} nodes x {GPUS_PER_NODE} ranks (load {load})")
-                result = run_binary(kubeconfig, launcher, nodes, annotations, run_duration)
+                result = run_binary(kubeconfig, launcher, nodes, annotations, run_duration, profile)
             assert result.artifacts is not None
             report = time_report(result.artifacts)
             tables[launcher][nodes] = emit_run(launcher, nodes, result, report, load)
@@ -601,6 +607,8 @@ def main() -> None:
     parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="torchrun,mpi (default both)")
     parser.add_argument("--run-duration", default="10s", help="how long each canned pod runs (Go duration)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench cluster running")
+    parser.add_argument("--profile", type=Path, help="cluster: run the binary under py-spy (pip install py-spy), "
+                        "folded stacks of every thread into this folder; its CPU figures then include py-spy's")
     args = parser.parse_args()
     modes = args.modes or ["cluster", "offline"]
     if set(modes) - {"cluster", "offline"}:
@@ -616,7 +624,7 @@ def main() -> None:
         bench_offline(sizes, launchers)
     if "cluster" in modes:
         with bench_cluster(args.keep_cluster) as kubeconfig:
-            bench_cluster_sizes(kubeconfig, sizes, launchers, args.run_duration)
+            bench_cluster_sizes(kubeconfig, sizes, launchers, args.run_duration, args.profile)
 
 
 if __name__ == "__main__":
