@@ -156,12 +156,13 @@ def components_rss(pids: dict[str, list[int]]) -> dict[str, float]:
 
 @dataclass
 class Mark:
-    """A moment of the run: wall time, the binary's CPU and RSS, the cluster's CPU."""
+    """A moment of the run: wall time, the binary's CPU, RSS and peak RSS so far, the cluster's CPU."""
 
     wall: float
     cpu: float
     rss_mib: float
     cluster_cpu: dict[str, float]
+    hwm_mib: float = 0.0
 
 
 @dataclass
@@ -285,7 +286,10 @@ def run_binary(kubeconfig: str, launcher: str, nodes: int, annotations: dict[str
     result.marks["exit"] = Mark(time.perf_counter() - started, usage.ru_utime + usage.ru_stime,
                                 usage.ru_maxrss / 1024, components_cpu(pids))
     result.rc = os.waitstatus_to_exitcode(status)
-    result.cpu, result.peak_rss_mib = usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    # VmHWM of the binary at its last line, not ru_maxrss: a forked child's ru_maxrss also counts
+    # the forking process's memory (this bench's) at the fork.
+    result.cpu = usage.ru_utime + usage.ru_stime
+    result.peak_rss_mib = max(mark.hwm_mib for mark in result.marks.values())
     result.cluster_peak_rss = peaks
     _read_junit(result, artifacts / "junit_e2e-nvidia-training.xml")
     return result
@@ -295,7 +299,8 @@ def _mark(result: RunResult, pid: int, pids: dict[str, list[int]], line: str, no
     for name, pattern in MARKS:
         if name not in result.marks and pattern.search(line):
             with contextlib.suppress(OSError):
-                result.marks[name] = Mark(now, proc_cpu(pid), proc_status_mib(pid, "VmRSS"), components_cpu(pids))
+                result.marks[name] = Mark(now, proc_cpu(pid), proc_status_mib(pid, "VmRSS"), components_cpu(pids),
+                                          proc_status_mib(pid, "VmHWM"))
                 if name == "finished":  # the last moment /proc/<pid>/io is there to read
                     result.rchar = proc_read_bytes(pid)
             return
@@ -316,16 +321,33 @@ def _read_junit(result: RunResult, path: Path) -> None:
             result.outcome = f"{tag.upper()}: {(element.get('message') or '')[:160]}"
 
 
+# `python -m harness.report ARTIFACTS`, then its own peak RSS on the last line of stderr.
+REPORT_AND_PEAK = """
+import re, runpy, sys
+sys.argv = ["harness.report", sys.argv[1]]
+try:
+    runpy.run_module("harness.report", run_name="__main__")
+except SystemExit as done:
+    code = done.code
+status = open("/proc/self/status").read()
+print(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1), file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def time_report(artifacts: Path) -> dict[str, float]:
     """`python -m harness.report ARTIFACTS` in a fresh process: wall, CPU, peak RSS, page size."""
     started = time.perf_counter()
-    process = subprocess.Popen([str(PYTHON), "-m", "harness.report", str(artifacts)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, cwd=REPO)
+    process = subprocess.Popen([str(PYTHON), "-c", REPORT_AND_PEAK, str(artifacts)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, cwd=REPO, text=True)
+    assert process.stderr is not None
+    errors = process.stderr.read()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
     page = artifacts / "report.html"
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss / 1024,
-            "bytes": page.stat().st_size if page.exists() else 0, "rc": os.waitstatus_to_exitcode(status)}
+    peak_kib = errors.strip().splitlines()[-1] if errors.strip() else "0"
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": int(peak_kib) / 1024 if peak_kib.isdigit()
+            else 0.0, "bytes": page.stat().st_size if page.exists() else 0, "rc": os.waitstatus_to_exitcode(status)}
 
 
 def _wait_quiet(kubeconfig: str, timeout: float = 600) -> None:

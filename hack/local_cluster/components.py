@@ -178,6 +178,11 @@ class ComponentCommands:
             "--monitoring-port=0",
             "--kube-api-qps=50",
             "--kube-api-burst=100",
+            # Its work queue charges a token for every event of every worker pod (10 a second, 100
+            # in a burst by default): a 1,000-worker MPIJob's launcher then started minutes after
+            # the last worker was ready (bench/scale.py). Large deployments raise these too.
+            "--controller-queue-rate-limit=1000",
+            "--controller-queue-burst=10000",
         ], f"http://{LOOPBACK}:{port}/healthz", port,
             # Read by the loopback patch that hack/build-binaries.sh compiles in.
             env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{port}", "PYTHONPATH": str(HACK_DIR)})
