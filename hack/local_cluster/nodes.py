@@ -19,6 +19,7 @@ SLOW_LABEL = "kubetest2-training.local/slow"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Nodes created at once: a thousand nodes one request at a time took about 3 minutes.
 CREATE_WORKERS = 8
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 
@@ -102,8 +103,15 @@ def replace_nodes(api: ApiClient, shape_name: str, count: int, efa: int) -> list
     if count < 1:
         raise SystemExit(f"local-cluster: node count must be at least 1, got {count}")
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
-        list(pool.map(lambda node: api.delete("Node", node["metadata"]["name"]), managed_nodes(api)))
+        list(pool.map(lambda node: delete_node(api, node["metadata"]["name"]), managed_nodes(api)))
         return list(pool.map(lambda index: create_node(api, node_manifest(shape, index, efa)), range(count)))
+
+
+def delete_node(api: ApiClient, name: str) -> None:
+    """Deletes a node and its lease: kwok kept renewing a lease it remembered from a deleted node of
+    the same name (a conflict on every try) and a thousand re-created nodes stayed NotReady."""
+    api.delete("Node", name)
+    api.delete("Lease", name, NODE_LEASE_NAMESPACE)
 
 
 def create_node(api: ApiClient, manifest: dict[str, Any]) -> str:
