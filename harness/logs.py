@@ -9,6 +9,7 @@ naming pod, node and container.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,14 +115,27 @@ def _stream_to_file(cluster: Cluster, namespace: str, target: CapturedLog) -> Ca
 
 
 def capture_pod_logs(cluster: Cluster, namespace: str, pods: list[Obj], dest: Path,
-                     workers: int = DEFAULT_WORKERS) -> list[CapturedLog]:
-    """Stream every container log of `pods` to files under `dest`, `workers` at a time."""
+                     workers: int = DEFAULT_WORKERS,
+                     on_captured: Callable[[CapturedLog], None] | None = None) -> list[CapturedLog]:
+    """Stream every container log of `pods` to files under `dest`, `workers` at a time;
+    `on_captured` is called with each log once it is on disk (in the worker that read it), so what
+    reads the logs can start while the others still arrive."""
     dest.mkdir(parents=True, exist_ok=True)
     targets = [t for pod in pods for t in _targets(pod, dest)]
     if not targets:
         return []
+
+    def capture(target: CapturedLog) -> CapturedLog:
+        captured = _stream_to_file(cluster, namespace, target)
+        if on_captured is not None:
+            try:
+                on_captured(captured)
+            except Exception:  # the log is on disk all the same; its reader reads it later
+                log.warning("after capturing the log of %s/%s", target.pod, target.container, exc_info=True)
+        return captured
+
     with ThreadPoolExecutor(max_workers=min(workers, len(targets)), thread_name_prefix="logs") as pool:
-        futures = [pool.submit(_stream_to_file, cluster, namespace, t) for t in targets]
+        futures = [pool.submit(capture, t) for t in targets]
         captured = []
         for target, future in zip(targets, futures, strict=True):
             try:

@@ -20,7 +20,7 @@ from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
 from harness.logs import CapturedLog, capture_pod_logs, last_lines
 from harness.manifests import dump_objects, render, save
-from harness.measurements import job_metrics, record_metrics
+from harness.measurements import LogScans, job_metrics, record_metrics
 from harness.metrics import WorkloadMetrics
 from harness.mpirun import mpi_role
 from harness.namespaces import namespace_for
@@ -77,6 +77,8 @@ class TrainingJob:
     _captured: list[CapturedLog] | None = None
     _retried_runs: set[str] = field(default_factory=set)  # failed runs already reported
     _pod_changes: ChangeCursor = field(default_factory=lambda: ChangeCursor("Pod"))
+    # Each log's metric lines, scanned as it is captured (the parse overlaps the capture).
+    _scans: LogScans = field(default_factory=LogScans)
     launched_at: float = field(default_factory=time.monotonic)
     # Worker pods (not an MPIJob's launcher) seen started, until all of them have.
     _started_pods: set[str] | None = field(default_factory=set)
@@ -201,7 +203,8 @@ class TrainingJob:
             pods = self.pods()
             self.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
             logs_dir = self.t.artifacts_dir / "logs"
-            self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, logs_dir)
+            self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, logs_dir,
+                                              on_captured=self._scans.add)
             seconds, size = time.monotonic() - started, sum(entry.size for entry in self._captured)
             self.note_phase("log_capture", seconds)
             self.t.property("pods.logs_captured", len(self._captured))
@@ -227,7 +230,7 @@ class TrainingJob:
         captured = self.capture_logs()  # also remembers the pods it found
         started = time.monotonic()
         locations = rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node)
-        metrics = job_metrics(captured, locations, locations_win=self.launcher.places_ranks)
+        metrics = job_metrics(captured, locations, locations_win=self.launcher.places_ranks, scans=self._scans)
         self._parsed_at = time.monotonic()
         self.note_phase("parse", self._parsed_at - started)
         self.t.logf("parsed the metrics of %d ranks from %d logs in %.2fs", len(metrics.ranks), len(captured),

@@ -111,3 +111,41 @@ def test_a_canned_log_name_with_index_serves_each_pod_of_a_job_its_own_log(tmp_p
     assert canned(replica, tmp_path) == ["pod three"]
     (line,) = canned({"annotations": template}, tmp_path)
     assert "names the pod's index, and pod p has none" in line
+
+
+class LogServer:
+    """A cluster whose pods/log answers are canned: what capture_pod_logs reads, no API server."""
+
+    def __init__(self, logs: dict[str, bytes]) -> None:
+        self.logs = logs
+
+    def open_stream(self, path: str, _query: dict[str, str], **_kwargs: Any) -> Any:
+        body = self.logs[path.split("/")[-2]]
+
+        class Response:
+            def stream(self, size: int, decode_content: bool = True) -> Any:
+                return iter([body[i:i + size] for i in range(0, len(body), size)])
+
+            def release_conn(self) -> None:
+                pass
+
+        return Response()
+
+
+def test_each_log_is_scanned_as_it_is_captured_and_gives_the_metrics_a_later_scan_would(tmp_path: Path):
+    from harness.logs import capture_pod_logs
+    from harness.measurements import LogScans, job_metrics
+
+    def line(rank: int) -> bytes:
+        return f'KT2T_METRICS {{"workload": "bert", "rank": {rank}, "throughput": {100 + rank}}}\n'.encode()
+
+    pods = [{"metadata": {"name": f"w-{i}"}, "spec": {"nodeName": f"n{i}", "containers": [{"name": "worker"}]},
+             "status": {}} for i in range(3)]
+    server = LogServer({f"w-{i}": line(2 * i) + line(2 * i + 1) for i in range(3)})
+    scans = LogScans()
+    captured = capture_pod_logs(server, "ns", pods, tmp_path, on_captured=scans.add)  # type: ignore[arg-type]
+    assert len(scans._scans) == 3  # every log scanned in the capture's workers
+    locations = {rank: (f"w-{rank // 2}", f"n{rank // 2}") for rank in range(6)}
+    overlapped = job_metrics(captured, locations, scans=scans).as_dict()
+    assert overlapped == job_metrics(captured, locations).as_dict()
+    assert [r["throughput"] for r in overlapped["ranks"]] == [100, 101, 102, 103, 104, 105]
