@@ -177,6 +177,7 @@ class RunResult:
     outcome: str = ""
     junit_bytes: int = 0
     artifacts: Path | None = None
+    cpu_samples: list[tuple[float, float]] = field(default_factory=list)  # (wall, the binary's CPU)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,8 +207,23 @@ def bench_cluster(keep: bool) -> Iterator[str]:
             local_cluster("down")
 
 
-def set_gpu_nodes(count: int) -> None:
-    """Replace the nodes with `count` GPU nodes; print how long it took and the cluster's memory."""
+def ready_gpu_nodes(kubeconfig: str) -> int:
+    """How many GPU nodes hack/local-cluster made, if all of them are Ready and untainted; else 0."""
+    from harness.cluster import Cluster
+    from harness.resources import NODE
+
+    nodes = Cluster.connect(kubeconfig).list(NODE, label_selector="kubetest2-training.local/node=gpu")["items"]
+    usable = [n for n in nodes if not n.get("spec", {}).get("taints") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in n.get("status", {}).get("conditions") or [])]
+    return len(nodes) if len(usable) == len(nodes) else 0
+
+
+def set_gpu_nodes(kubeconfig: str, count: int) -> None:
+    """Replace the nodes with `count` GPU nodes (unless they are there); print how long it took and
+    the cluster's memory."""
+    if ready_gpu_nodes(kubeconfig) == count:
+        progress(f"{count} GPU nodes already Ready")
+        return
     progress(f"hack/local-cluster nodes --shape gpu --count {count}")
     started = time.perf_counter()
     local_cluster("nodes", "--shape", "gpu", "--count", str(count))
@@ -245,10 +261,27 @@ def canned_logs(launcher: str, nodes: int) -> Iterator[dict[str, str]]:
 # One run of the binary, its phases marked from its output
 
 
-def _sample_cluster_rss(pids: dict[str, list[int]], peaks: dict[str, float], stop: threading.Event) -> None:
+def _sample(pids: dict[str, list[int]], peaks: dict[str, float], harness: list[tuple[float, float]],
+            process: subprocess.Popen[str], started: float, stop: threading.Event) -> None:
+    """Every second: the cluster's RSS (for its peaks) and the binary's CPU (for its idle rate)."""
     while not stop.wait(1.0):
         for name, mib in components_rss(pids).items():
             peaks[name] = max(peaks.get(name, 0.0), mib)
+        with contextlib.suppress(OSError):
+            harness.append((time.perf_counter() - started, proc_cpu(process.pid)))
+
+
+def idle_cpu_rate(result: RunResult, run_seconds: float) -> float | None:
+    """The binary's CPU per second of wall while every pod runs and none has ended yet (from 5 s
+    after the last pod started to 5 s before the first can end): what waiting costs."""
+    launched, started = result.marks.get("launched"), result.marks.get("started")
+    if launched is None or started is None:
+        return None
+    begin, end = started.wall + 5, launched.wall + run_seconds - 5
+    window = [(t, cpu) for t, cpu in result.cpu_samples if begin <= t <= end]
+    if len(window) < 10:
+        return None
+    return (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
 
 
 def run_binary(kubeconfig: str, launcher: str, nodes: int, annotations: dict[str, str],
@@ -269,13 +302,13 @@ def run_binary(kubeconfig: str, launcher: str, nodes: int, annotations: dict[str
     result = RunResult(artifacts=artifacts)
     peaks: dict[str, float] = {}
     stop = threading.Event()
-    sampler = threading.Thread(target=_sample_cluster_rss, args=(pids, peaks, stop), daemon=True)
     started = time.perf_counter()
     with open(artifacts / "stdout.txt", "w") as transcript:
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    bufsize=1, cwd=REPO)
         result.marks["start"] = Mark(0.0, 0.0, 0.0, components_cpu(pids))
-        sampler.start()
+        threading.Thread(target=_sample, args=(pids, peaks, result.cpu_samples, process, started, stop),
+                         daemon=True).start()
         assert process.stdout is not None
         for line in process.stdout:
             now = time.perf_counter() - started
@@ -386,7 +419,8 @@ def phase_rows(result: RunResult) -> list[Row]:
     return rows
 
 
-def emit_run(launcher: str, nodes: int, result: RunResult, report: dict[str, float], load: str) -> list[Row]:
+def emit_run(launcher: str, nodes: int, result: RunResult, report: dict[str, float], load: str,
+             run_seconds: float) -> list[Row]:
     """Print a run's figures; return the rows of its table column."""
     prefix = f"scale.{launcher}.nodes_{nodes}"
     pods = nodes + (1 if launcher == "mpi" else 0)
@@ -406,6 +440,8 @@ def emit_run(launcher: str, nodes: int, result: RunResult, report: dict[str, flo
     rows.append(Row("verdict_after_done.wall", "s", decided.wall - done.wall if done and decided else None))
     started = _number(result.properties.get("phase.pods_started.seconds"))
     rows.append(Row("pods_started_rate", "pods/s", nodes / started if started else None))
+    idle = idle_cpu_rate(result, run_seconds)
+    rows.append(Row("wait_idle.cpu_per_s", "ms/s", idle * 1000 if idle is not None else None))
     capture_begin, capture_end = result.marks.get("done"), result.marks.get("captured")
     if capture_begin and capture_end:
         for name in ("kwok", "kube-apiserver"):
@@ -440,18 +476,21 @@ def growth(sizes: list[int], values: list[float | None]) -> float | None:
 
 
 def print_table(title: str, sizes: list[int], columns: dict[int, list[Row]], size_label: str) -> None:
-    """Markdown table: a row per metric, a column per size, the fitted exponent last."""
+    """Markdown table: a row per metric, a column per size, the exponent fitted over every size,
+    then the exponent between the two largest (fixed costs weigh on the first, not the second)."""
     metrics = list(dict.fromkeys(row.metric for rows in columns.values() for row in rows))
     units = {row.metric: row.unit for rows in columns.values() for row in rows}
     print(f"\n{title}\n")
-    print(f"| figure | {' | '.join(f'{s} {size_label}' for s in sizes)} | growth exponent |")
-    print("|---|" + "---|" * (len(sizes) + 1))
+    last = f"{sizes[-2]}->{sizes[-1]}" if len(sizes) > 1 else "-"
+    print(f"| figure | {' | '.join(f'{s} {size_label}' for s in sizes)} | growth, all | growth, {last} |")
+    print("|---|" + "---|" * (len(sizes) + 2))
     for metric in metrics:
         values = [next((r.value for r in columns[s] if r.metric == metric), None) for s in sizes]
-        exponent = growth(sizes, values)
         shown = [f"{v:.3g}" if v is not None else "-" for v in values]
         unit = f" ({units[metric]})" if units[metric] else ""
-        print(f"| {metric}{unit} | {' | '.join(shown)} | {f'{exponent:.2f}' if exponent is not None else '-'} |")
+        exponents = [growth(sizes, values), growth(sizes[-2:], values[-2:])]
+        print(f"| {metric}{unit} | {' | '.join(shown)} | "
+              + " | ".join(f"{e:.2f}" if e is not None else "-" for e in exponents) + " |")
     print(flush=True)
 
 
@@ -459,9 +498,10 @@ def emit_growth(prefix: str, sizes: list[int], columns: dict[int, list[Row]]) ->
     metrics = list(dict.fromkeys(row.metric for rows in columns.values() for row in rows))
     for metric in metrics:
         values = [next((r.value for r in columns[s] if r.metric == metric), None) for s in sizes]
-        exponent = growth(sizes, values)
+        exponent, last = growth(sizes, values), growth(sizes[-2:], values[-2:])
         if exponent is not None:
-            emit(f"{prefix}.growth.{metric}", exponent, "", "exponent b of value ~ size^b (1: linear)")
+            emit(f"{prefix}.growth.{metric}", exponent, "", "exponent b of value ~ size^b (1: linear), every size"
+                 + (f"; {last:.2f} between the two largest" if last is not None else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,9 +510,11 @@ def emit_growth(prefix: str, sizes: list[int], columns: dict[int, list[Row]]) ->
 
 def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str], run_duration: str,
                         profile: Path | None) -> None:
+    from harness.parsers import parse_duration
+
     tables: dict[str, dict[int, list[Row]]] = {launcher: {} for launcher in launchers}
     for nodes in sizes:
-        set_gpu_nodes(nodes)
+        set_gpu_nodes(kubeconfig, nodes)
         for launcher in launchers:
             _wait_quiet(kubeconfig)
             with canned_logs(launcher, nodes) as annotations:
@@ -481,7 +523,7 @@ def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str],
                 result = run_binary(kubeconfig, launcher, nodes, annotations, run_duration, profile)
             assert result.artifacts is not None
             report = time_report(result.artifacts)
-            tables[launcher][nodes] = emit_run(launcher, nodes, result, report, load)
+            tables[launcher][nodes] = emit_run(launcher, nodes, result, report, load, parse_duration(run_duration))
             shutil.rmtree(result.artifacts, ignore_errors=True)
     for launcher, columns in tables.items():
         done = [s for s in sizes if s in columns]
