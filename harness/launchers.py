@@ -6,6 +6,8 @@ its ranks run. Pure: given a Workload and a Placement, no cluster access.
 - mpi: an MPIJob v2beta1 (mpi-operator), `mpirun --tag-output` in the launcher, like upstream.
 - per-node: a Job per node with its pod pinned there, running the command once (probes such as
   listing a node's GPUs).
+- daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
+  containerd check); done when a Ready pod runs on each selected node.
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.conditions import job_failed, job_succeeded, mpijob_failed, mpijob_succeeded, pods_succeeded
+from harness.conditions import (
+    job_failed,
+    job_succeeded,
+    mpijob_failed,
+    mpijob_succeeded,
+    pods_ready_on_nodes,
+    pods_succeeded,
+)
 from harness.labels import job_selector
-from harness.resources import JOB, MPIJOB, Obj, Resource
+from harness.resources import DAEMONSET, JOB, MPIJOB, Obj, Resource
 from harness.topology import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from harness.wait import Condition
 
@@ -39,6 +48,8 @@ class Workload:
     launcher: str | None = None  # default: LAUNCHER
     nodes: int | None = None  # default: every node of the topology (a single-node variant uses 1)
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
+    host_paths: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):
@@ -94,13 +105,14 @@ def _resources(placement: Placement) -> dict[str, Any]:
     return {"limits": limits, "requests": dict(limits)}
 
 
-def _env(workload: Workload, placement: Placement, master_addr: str) -> list[dict[str, Any]]:
-    """The worker container's environment: rendezvous, NUM_GPUS_PER_NODE, the caller's NCCL_*."""
+def _env(workload: Workload, placement: Placement, master_addr: str | None) -> list[dict[str, Any]]:
+    """The worker container's environment: rendezvous (unless master_addr is None: a probe),
+    NUM_GPUS_PER_NODE, the caller's NCCL_*."""
+    rendezvous = {} if master_addr is None else {"MASTER_ADDR": master_addr, "MASTER_PORT": str(MASTER_PORT)}
     values = {
         **placement.pod_env,
         "NUM_GPUS_PER_NODE": str(placement.processes_per_node),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(MASTER_PORT),
+        **rendezvous,
         "ACCELERATOR": placement.accelerator,
         "PYTHONUNBUFFERED": "1",
         **({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if workload.elastic else {}),
@@ -229,14 +241,35 @@ class PerNode(Launcher):
         common = _common_fields(workload, placement)
         return [Rendering("per-node-job.yaml", {
             **common, "JobName": job_name, "NodeName": node, "GPUPerNode": placement.processes_per_node,
-            "Command": workload.program()})
+            "Command": workload.program(), "Env": _env(workload, placement, None)})
             for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return pods_succeeded(placement.namespace, job_selector(workload.job_name), placement.node_count)
 
 
-LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (Torchrun(), Mpi(), PerNode())}
+class DaemonSetCheck(Launcher):
+    """A DaemonSet on the nodes' type whose pods run a check and then stay up (upstream's
+    containerd check): done once a Ready pod runs on each selected node."""
+
+    name = "daemonset"
+    owner = DAEMONSET
+
+    def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        mounts = sorted(workload.host_paths.items())
+        return [Rendering("daemonset.yaml", {
+            **_common_fields(workload, placement), "Command": workload.program(),
+            "Env": _env(workload, placement, None), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
+            "VolumeMounts": [{"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, (path, _) in
+                             enumerate(mounts)],
+            "Volumes": [{"name": f"host-{i}", "hostPath": {"path": host}} for i, (_, host) in enumerate(mounts)]})]
+
+    def succeeded(self, workload: Workload, placement: Placement) -> Condition:
+        return pods_ready_on_nodes(placement.namespace, job_selector(workload.job_name), placement.node_names)
+
+
+LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher
+                                  for launcher in (Torchrun(), Mpi(), PerNode(), DaemonSetCheck())}
 
 
 def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[str, str]]:
