@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.addons import ensure_launcher_api
-from harness.cluster import Cluster
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
-from harness.errors import ConfigError, JobFailed
+from harness.errors import JobFailed
 from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
@@ -28,16 +27,6 @@ from harness.watch import ChangeCursor, ClusterState
 # Bytes of each pod's log kept in the JUnit <system-out> (the full log is in logs/).
 JUNIT_LOG_HEAD = 16 * 1024
 JUNIT_LOG_TAIL = 48 * 1024
-
-
-def require_launcher(cluster: Cluster, launcher: Launcher, needed_by: str, otherwise: str) -> None:
-    """ConfigError unless the cluster serves the API the launcher needs (the MPIJob CRD)."""
-    if launcher.needs_api is None:
-        return
-    api_version, kind = launcher.needs_api
-    if not cluster.serves(api_version, kind):
-        raise ConfigError(f"{needed_by} needs the {kind} CRD ({api_version}), which this cluster does not serve: "
-                          f"install mpi-operator or {otherwise}")
 
 
 def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placement:
