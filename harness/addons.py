@@ -106,7 +106,8 @@ def ensure(session: Session, addon: Addon, node_names: tuple[str, ...]) -> None:
             try:
                 wait_for(cluster, ready[0], fails_on=ready[1], timeout=cfg.discovery_timeout, cancel=session.cancel)
             except WaitTimeout as exc:
-                raise WaitTimeout(f"{addon.name}: {exc}") from None
+                raise WaitTimeout(f"TIMEOUT: {addon.name} {addon.version} did not come up: "
+                                  + str(exc).removeprefix("TIMEOUT: ")) from None
     say(session, f"{addon.name}: ready after {time.monotonic() - started:.1f}s"
         + (f" on {', '.join(node_names)}" if node_names else ""))
 
