@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.config import E2E_FRAMEWORK, GO_TEST, KLOG, SETTINGS, SETTINGS_BY_FLAG, TRAINING, Setting, format_value
+from harness.config import (
+    E2E_FRAMEWORK,
+    GO_TEST,
+    KLOG,
+    NO_EFFECT_SETTINGS,
+    SETTINGS,
+    SETTINGS_BY_FLAG,
+    TRAINING,
+    Setting,
+    format_value,
+)
 from harness.errors import UsageError
 
 HELP_FLAGS = frozenset({"-h", "--h", "-help", "--help"})
@@ -81,7 +91,7 @@ def usage(binary: str, summary: str, tests: Sequence[str]) -> str:
     lines += [f"  {name}" for name in tests]
     for group, title in GROUP_TITLES.items():
         lines += ["", title + ":"]
-        for setting in SETTINGS:
+        for setting in SETTINGS + NO_EFFECT_SETTINGS:
             if setting.group == group:
                 lines += _describe(setting)
     lines += ["", "Exit status: 0 all tests passed or skipped, 1 a test failed or the selection matched no "

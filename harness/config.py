@@ -120,14 +120,6 @@ def setting(help: str, parse: Callable[[str], Any], expected: str, **spelling: A
     return field(metadata={_SETTING: Setting("", help, parse, expected, **spelling)})
 
 
-def no_effect(flag: str, would: str, group: str = GO_TEST, is_bool_flag: bool = False) -> Any:
-    """Declare a flag accepted for compatibility that has no effect here; `would` says what it does
-    where it has one (printed in a warning when the flag is given)."""
-    parse, expected = (parse_bool, "true or false") if is_bool_flag else (parse_text, "a value")
-    return setting(f"accepted, no effect here (it would {would})", parse, expected, flags=(flag,),
-                   is_bool_flag=is_bool_flag, group=group, no_effect=would)
-
-
 def random_run_id() -> str:
     return uuid.uuid4().hex[:8]
 
@@ -180,32 +172,6 @@ class Config:
                                       "instead of ending it silently", parse_bool, "true or false",
                                       flags=("test.paniconexit0",), default=False, is_bool_flag=True,
                                       group=GO_TEST)
-    test_artifacts: bool | None = no_effect("test.artifacts", "keep Go test artifacts in -test.outputdir",
-                                            is_bool_flag=True)
-    test_bench: str | None = no_effect("test.bench", "run Go benchmarks (this binary has none)")
-    test_benchmem: bool | None = no_effect("test.benchmem", "report benchmark memory", is_bool_flag=True)
-    test_benchtime: str | None = no_effect("test.benchtime", "set how long each benchmark runs")
-    test_blockprofile: str | None = no_effect("test.blockprofile", "write a Go blocking profile")
-    test_blockprofilerate: str | None = no_effect("test.blockprofilerate", "set the Go blocking profile rate")
-    test_coverprofile: str | None = no_effect("test.coverprofile", "write a Go coverage profile")
-    test_cpu: str | None = no_effect("test.cpu", "run each test once per GOMAXPROCS value listed")
-    test_cpuprofile: str | None = no_effect("test.cpuprofile", "write a Go CPU profile")
-    test_fullpath: bool | None = no_effect("test.fullpath", "print full file paths in Go test logs",
-                                           is_bool_flag=True)
-    test_fuzz: str | None = no_effect("test.fuzz", "run Go fuzz tests (this binary has none)")
-    test_fuzzcachedir: str | None = no_effect("test.fuzzcachedir", "set the Go fuzz cache folder")
-    test_fuzzminimizetime: str | None = no_effect("test.fuzzminimizetime", "bound Go fuzz minimization")
-    test_fuzztime: str | None = no_effect("test.fuzztime", "bound Go fuzzing")
-    test_fuzzworker: bool | None = no_effect("test.fuzzworker", "run as a Go fuzz worker", is_bool_flag=True)
-    test_gocoverdir: str | None = no_effect("test.gocoverdir", "write Go coverage data to a folder")
-    test_memprofile: str | None = no_effect("test.memprofile", "write a Go memory profile")
-    test_memprofilerate: str | None = no_effect("test.memprofilerate", "set the Go memory profile rate")
-    test_mutexprofile: str | None = no_effect("test.mutexprofile", "write a Go mutex profile")
-    test_mutexprofilefraction: str | None = no_effect("test.mutexprofilefraction",
-                                                      "set the Go mutex profile fraction")
-    test_outputdir: str | None = no_effect("test.outputdir", "put Go profiles in this folder (there are none)")
-    test_testlogfile: str | None = no_effect("test.testlogfile", "log file and env accesses for go test's cache")
-    test_trace: str | None = no_effect("test.trace", "write a Go execution trace")
     # -- Training configuration (README "Configuration") ----------------------------------------
     node_type: str | None = setting("instance type (node.kubernetes.io/instance-type) to run on; unset: "
                                     "the single type present", parse_text, "an instance type name",
@@ -321,33 +287,18 @@ class Config:
                                               default=False, is_bool_flag=True, group=E2E_FRAMEWORK)
     kube_context: str | None = setting("the kubeconfig context to use", parse_text, "a context name",
                                        flags=("context",), group=E2E_FRAMEWORK)
-    parallel: bool | None = no_effect("parallel", "run a test's features at the same time; they run one after "
-                                      "another here", E2E_FRAMEWORK, is_bool_flag=True)
-    feature_gates: str | None = no_effect("feature-gates", "switch e2e-framework's experimental behaviours",
-                                          E2E_FRAMEWORK)
-    # -- klog flags (e2e-framework registers them; the list is upstream nvidia.test's -h) ------
+    parallel: bool = setting("accepted, no effect here (it would run a test's features at the same time; they run "
+                             "one after another here)", parse_bool, "true or false", flags=("parallel",),
+                             default=False, is_bool_flag=True, group=E2E_FRAMEWORK,
+                             no_effect="run a test's features at the same time (they run one after another here)")
+    # -- klog flags (e2e-framework registers them; see NO_EFFECT_TABLE for the others) ----------
     klog_v: int = setting("log level: 0 warnings, 1-3 the harness's info (API retries), 4+ debug",
                           parse_non_negative, "a whole number >= 0", flags=("v",), default=0, group=KLOG)
-    klog_vmodule: str | None = no_effect("vmodule", "set klog levels per Go file", KLOG)
-    klog_logtostderr: bool | None = no_effect("logtostderr", "send klog output to stderr (this harness "
-                                              "always logs to stderr)", KLOG, is_bool_flag=True)
-    klog_alsologtostderr: bool | None = no_effect("alsologtostderr", "copy klog files to stderr", KLOG,
-                                                  is_bool_flag=True)
-    klog_log_dir: str | None = no_effect("log_dir", "write klog files in this folder", KLOG)
-    klog_log_file: str | None = no_effect("log_file", "write klog output to this file", KLOG)
-    klog_log_file_max_size: str | None = no_effect("log_file_max_size", "cap klog files", KLOG)
-    klog_stderrthreshold: str | None = no_effect("stderrthreshold", "set the klog level shown on stderr", KLOG)
-    klog_skip_headers: bool | None = no_effect("skip_headers", "drop klog line headers", KLOG, is_bool_flag=True)
-    klog_skip_log_headers: bool | None = no_effect("skip_log_headers", "drop klog file headers", KLOG,
-                                                   is_bool_flag=True)
-    klog_add_dir_header: bool | None = no_effect("add_dir_header", "add the file folder to klog headers", KLOG,
-                                                 is_bool_flag=True)
-    klog_one_output: bool | None = no_effect("one_output", "write each klog line to one file only", KLOG,
-                                             is_bool_flag=True)
-    klog_log_backtrace_at: str | None = no_effect("log_backtrace_at", "print a Go stack at a klog line", KLOG)
 
     # Where each value came from, by setting name.
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False)
+    # (flag as given, what it would have done) for every given flag that has no effect here.
+    ignored_flags: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def origin(self, name: str) -> Origin:
         return self.origins[name]
@@ -356,10 +307,6 @@ class Config:
     def verbose(self) -> bool:
         return self.test_v is not Verbosity.QUIET
 
-    def ignored_flags(self) -> list[tuple[str, str]]:
-        """(flag as given, what it would have done) for every given flag that has no effect here."""
-        return [(self.origins[s.name].detail, s.no_effect) for s in SETTINGS
-                if s.no_effect is not None and self.origins[s.name].source is Source.FLAG]
 
     def resolved(self) -> dict[str, Resolved]:
         """The training configuration's values with their origins, in declaration order."""
@@ -370,7 +317,63 @@ class Config:
 SETTINGS: tuple[Setting, ...] = tuple(replace(f.metadata[_SETTING], name=f.name)
                                       for f in fields(Config) if _SETTING in f.metadata)
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
-SETTINGS_BY_FLAG: dict[str, Setting] = {flag: s for s in SETTINGS for flag in s.flags}
+
+# Flags upstream's binaries accept (tests/fixtures/upstream-flags/) whose effect this harness cannot
+# give: accepted so their command lines run, each given one saying in a warning what it would have
+# done. Columns: flag, group, kind (bool: takes no value), what it does where it has an effect.
+NO_EFFECT_TABLE = """
+test.artifacts            go     bool   keep Go test artifacts in -test.outputdir
+test.bench                go     value  run Go benchmarks (this binary has none)
+test.benchmem             go     bool   report benchmark memory
+test.benchtime            go     value  set how long each benchmark runs
+test.blockprofile         go     value  write a Go blocking profile
+test.blockprofilerate     go     value  set the Go blocking profile rate
+test.coverprofile         go     value  write a Go coverage profile
+test.cpu                  go     value  run each test once per GOMAXPROCS value listed
+test.cpuprofile           go     value  write a Go CPU profile
+test.fullpath             go     bool   print full file paths in Go test logs
+test.fuzz                 go     value  run Go fuzz tests (this binary has none)
+test.fuzzcachedir         go     value  set the Go fuzz cache folder
+test.fuzzminimizetime     go     value  bound Go fuzz minimization
+test.fuzztime             go     value  bound Go fuzzing
+test.fuzzworker           go     bool   run as a Go fuzz worker
+test.gocoverdir           go     value  write Go coverage data to a folder
+test.memprofile           go     value  write a Go memory profile
+test.memprofilerate       go     value  set the Go memory profile rate
+test.mutexprofile         go     value  write a Go mutex profile
+test.mutexprofilefraction go     value  set the Go mutex profile fraction
+test.outputdir            go     value  put Go profiles in this folder (there are none)
+test.testlogfile          go     value  log file and env accesses for go test's cache
+test.trace                go     value  write a Go execution trace
+feature-gates             e2e    value  switch e2e-framework's experimental behaviours
+vmodule                   klog   value  set klog levels per Go file
+logtostderr               klog   bool   send klog output to stderr (this harness always logs to stderr)
+alsologtostderr           klog   bool   copy klog files to stderr
+log_dir                   klog   value  write klog files in this folder
+log_file                  klog   value  write klog output to this file
+log_file_max_size         klog   value  cap klog files
+stderrthreshold           klog   value  set the klog level shown on stderr
+skip_headers              klog   bool   drop klog line headers
+skip_log_headers          klog   bool   drop klog file headers
+add_dir_header            klog   bool   add the file folder to klog headers
+one_output                klog   bool   write each klog line to one file only
+log_backtrace_at          klog   value  print a Go stack at a klog line
+"""
+
+
+def _no_effect_settings() -> tuple[Setting, ...]:
+    groups = {"go": GO_TEST, "e2e": E2E_FRAMEWORK, "klog": KLOG}
+    declared = []
+    for row in filter(None, NO_EFFECT_TABLE.splitlines()):
+        flag, group, kind, would = row.split(maxsplit=3)
+        parse, expected = (parse_bool, "true or false") if kind == "bool" else (parse_text, "a value")
+        declared.append(Setting(f"no_effect:{flag}", f"accepted, no effect here (it would {would})", parse, expected,
+                                flags=(flag,), is_bool_flag=kind == "bool", group=groups[group], no_effect=would))
+    return tuple(declared)
+
+
+NO_EFFECT_SETTINGS = _no_effect_settings()
+SETTINGS_BY_FLAG: dict[str, Setting] = {flag: s for s in SETTINGS + NO_EFFECT_SETTINGS for flag in s.flags}
 
 
 @dataclass(frozen=True)
@@ -452,9 +455,20 @@ def resolve(flag_values: Mapping[str, tuple[str, str]], environ: Mapping[str, st
             values[s.name], origins[s.name] = _resolve_one(s, flag_values, env)
         except ConfigError as exc:
             problems.append(str(exc))
+    ignored = [(origins[s.name].detail, str(s.no_effect)) for s in SETTINGS
+               if s.no_effect and origins.get(s.name, Origin(Source.DEFAULT, "")).source is Source.FLAG
+               and values.get(s.name)]
+    for s in NO_EFFECT_SETTINGS:
+        if s.name in flag_values:
+            raw, spelled = flag_values[s.name]
+            try:
+                _parse(s, raw, spelled)
+                ignored.append((spelled, str(s.no_effect)))
+            except ConfigError as exc:
+                problems.append(str(exc))
     if problems:
         raise ConfigError("; ".join(problems))
-    return Config(**values, origins=origins)
+    return Config(**values, origins=origins, ignored_flags=tuple(ignored))
 
 
 def pod_environment_passthrough() -> dict[str, str]:

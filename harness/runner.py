@@ -76,7 +76,7 @@ def configure_logging(klog_level: int) -> None:
 
 def warn_about_ignored_flags(binary: str, cfg: Config) -> None:
     """A flag accepted for compatibility that has no effect here says so, with what it would have done."""
-    for flag, would in cfg.ignored_flags():
+    for flag, would in cfg.ignored_flags:
         print(f"{binary}: warning: {flag} has no effect here (it would {would})", file=sys.stderr)
     if cfg.metric_dimensions:
         print(f"{binary}: warning: --metricDimensions: recorded as JUnit properties; upstream also installs "

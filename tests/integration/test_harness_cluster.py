@@ -269,6 +269,9 @@ TEMPLATE_FIELDS = {
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"]},
     "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]},
+    "daemonset.yaml": {"Command": ["sh", "-c", "true"],
+                       "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
+                       "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]},
     "rbac.yaml": {},
 }
 

@@ -54,12 +54,17 @@ def test_every_upstream_flag_resolves_and_a_flag_without_effect_says_what_it_wou
     for name, is_bool in upstream_flags(binary):
         cfg = resolve(parse_args(values_for(name, is_bool)), {})
         setting = SETTINGS_BY_FLAG[name]
-        ignored = dict(cfg.ignored_flags())
+        ignored = dict(cfg.ignored_flags)
         if setting.no_effect is not None:
             assert ignored == {f"-{name}": setting.no_effect}, name
         else:
             assert not ignored, name
             assert cfg.origin(setting.name).source.value == "flag"
+
+
+def test_a_flag_without_effect_still_needs_a_well_formed_value():
+    with pytest.raises(ConfigError, match="--test.benchmem='sometimes' is invalid: expected true or false"):
+        resolve(parse_args(["--test.benchmem=sometimes"]), {})
 
 
 def test_test_v_takes_test2json():

@@ -25,13 +25,7 @@ from harness.testing import TEST2JSON_MARKER, TestContext
 GO_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "go-test2json"
 
 
-@pytest.fixture(autouse=True)
-def keep_signal_handlers():
-    """The runner installs its own SIGTERM/SIGINT/SIGHUP handlers; pytest keeps its own."""
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
+pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
 
 
 @pytest.fixture
