@@ -51,6 +51,7 @@ class Addon:
 NVIDIA_DEVICE_PLUGIN = Addon("NVIDIA device plugin", "nvidia-device-plugin", "v0.17.2")
 EFA_DEVICE_PLUGIN = Addon("EFA device plugin", "efa-device-plugin", "v0.5.8")
 MPI_OPERATOR = Addon("mpi-operator", "mpi-operator", "v0.7.0")
+ADDONS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, MPI_OPERATOR)
 
 
 def addon_objects(addon: Addon, run_id: str) -> list[Obj]:
@@ -90,8 +91,14 @@ def ensure(session: Session, addon: Addon, node_names: tuple[str, ...]) -> None:
     cluster, cfg = session.cluster, session.cfg
     assert cluster is not None, "ensure an add-on after connecting"
     objects = addon_objects(addon, cfg.run_id)
-    created = [obj for obj in objects if cluster.get(cluster.resource(obj["apiVersion"], obj["kind"]),
-                                                     obj["metadata"]["name"], obj["metadata"].get("namespace")) is None]
+    live = {describe(obj): cluster.get(cluster.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"],
+                                       obj["metadata"].get("namespace")) for obj in objects}
+    created = [obj for obj in objects if live[describe(obj)] is None]
+    left = sorted({(found.get("metadata", {}).get("labels") or {}).get(RUN_ID_LABEL, "?") for found in live.values()
+                   if found and (found["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY})
+    if left:
+        say(session, f"{addon.name}: found what kubetest2-training run(s) {', '.join(left)} installed and did not "
+            "remove (interrupted?): used, not removed; `python -m harness.cleanup` removes it")
     if created:
         session.teardown.callback(remove, session, addon, created)
         for obj in created:

@@ -316,3 +316,22 @@ def test_signals_under_kubetest2_exec(cluster: LocalCluster, tmp_path: Path, sig
         assert "received SIG" not in text
         assert case.is_passed  # ran to the end, unaware
         assert binary_exited > 5
+
+
+def test_an_addon_left_by_an_interrupted_run_is_used_said_and_cleaned_up(nodes: LocalCluster, tmp_path: Path):
+    """A run killed before its teardown leaves its device plugin (labelled with its run id): the next
+    run uses it and says so; `python -m harness.cleanup` removes it."""
+    nodes.set_nodes("gpu", 2)
+    (left,) = addon_objects(NVIDIA_DEVICE_PLUGIN, "killedrun")
+    client.AppsV1Api(nodes.api).create_namespaced_daemon_set("kube-system", left)
+    done = kubetest2(nodes, tmp_path / "artifacts", "exec", "nvidia.test", "--test.run=TestGPUCapacity",
+                     env=NVIDIA_SUITE)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "found what kubetest2-training run(s) killedrun installed and did not remove" in done.stderr
+    assert daemonset(nodes, DEVICE_PLUGIN) is not None
+    env = {**os.environ, "KUBECONFIG": str(nodes.kubeconfig)}
+    cleanup = [str(VENV_BIN / "python"), "-m", "harness.cleanup", "--run-id", "killedrun"]
+    listed = subprocess.run([*cleanup, "--dry-run"], capture_output=True, text=True, env=env, check=True)
+    assert "would delete DaemonSet kube-system/nvidia-device-plugin-daemonset (run killedrun" in listed.stdout
+    subprocess.run(cleanup, capture_output=True, text=True, env=env, check=True)
+    wait_for(lambda: daemonset(nodes, DEVICE_PLUGIN) is None, 60, "the left-behind device plugin to go")
