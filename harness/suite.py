@@ -69,6 +69,8 @@ class Suite:
     binary: str
     summary: str
     tests: list[TestCase] = field(default_factory=list)
+    # Other names the binary is installed under (upstream's: nvidia.test); the JUnit keeps `binary`.
+    aliases: tuple[str, ...] = ()
 
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
              assessments: tuple[str, ...] = (), needs_cluster: bool = True) -> Callable[[TestFunc], TestFunc]:
@@ -98,7 +100,8 @@ class Suite:
         return lines
 
     def usage(self) -> str:
-        return usage(self.binary, self.summary, self.names())
+        called = self.binary + (f" (also installed as {', '.join(self.aliases)})" if self.aliases else "")
+        return usage(called, self.summary, self.names())
 
     def junit_path(self, artifacts: Path) -> Path:
         return artifacts / f"junit_{self.binary}.xml"

@@ -45,7 +45,7 @@ NVIDIA = {"suite": ("nvidia",)}
 
 SUITE = Suite("e2e-nvidia", "GPU and interconnect checks: upstream aws-k8s-tester's nvidia suite (MPIJob training and "
               "nccl-tests, GPU unit tests, driver capabilities, containerd config) and this project's bandwidth and "
-              "GPU capacity checks.")
+              "GPU capacity checks.", aliases=("nvidia.test",))
 
 
 def require_gpus(t: TestContext) -> None:

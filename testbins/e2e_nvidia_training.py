@@ -26,7 +26,8 @@ from harness.verdict import (
 )
 
 SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluster: each test launches a workload "
-              "across the configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.")
+              "across the configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.",
+              aliases=("nvidia-training.test",))
 
 # Each workload's size names for WORKLOAD_SIZE tiny / base / large.
 GPU = {"suite": ("nvidia",), "hardware": ("gpu",)}

@@ -7,7 +7,9 @@ and what each signal does to the binary under `kubetest2 ... --test=exec`.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -335,3 +337,24 @@ def test_an_addon_left_by_an_interrupted_run_is_used_said_and_cleaned_up(nodes: 
     assert "would delete DaemonSet kube-system/nvidia-device-plugin-daemonset (run killedrun" in listed.stdout
     subprocess.run(cleanup, capture_output=True, text=True, env=env, check=True)
     wait_for(lambda: daemonset(nodes, DEVICE_PLUGIN) is None, 60, "the left-behind device plugin to go")
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed (hack/setup.sh installs it)")
+def test_test2json_output_of_a_real_run_reads_as_go_test_json(nodes: LocalCluster, tmp_path: Path):
+    """`go tool test2json` over a run on the cluster (pod logs printed under their heading in the
+    middle): the events a `go test -json` consumer expects, the logs attributed to their test."""
+    nodes.set_nodes("gpu", 2)
+    done = kubetest2(nodes, tmp_path / "artifacts", "exec", "nvidia.test", "-test.v=test2json",
+                     "--test.run=TestSingleNodeUnitTest|TestGPUCapacity", "--installDevicePlugin=false",
+                     env=NVIDIA_SUITE)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    converted = subprocess.run(["go", "tool", "test2json", "-t"], input=done.stdout, capture_output=True, text=True,
+                               check=True, timeout=60)
+    events = [json.loads(line) for line in converted.stdout.splitlines()]
+    actions = [(e["Action"], e.get("Test")) for e in events if e["Action"] != "output"]
+    assert actions == [("start", None), ("run", "TestSingleNodeUnitTest"), ("run", "TestSingleNodeUnitTest/unit-test"),
+                       ("pass", "TestSingleNodeUnitTest/unit-test"), ("run", "TestSingleNodeUnitTest/hpc-benckmarks"),
+                       ("pass", "TestSingleNodeUnitTest/hpc-benckmarks"), ("pass", "TestSingleNodeUnitTest"),
+                       ("run", "TestGPUCapacity"), ("pass", "TestGPUCapacity"), ("pass", None)], actions
+    headings = {e.get("Test") for e in events if "Test log for unit-test-job:" in e.get("Output", "")}
+    assert headings == {"TestSingleNodeUnitTest/unit-test"}
