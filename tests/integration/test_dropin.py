@@ -348,6 +348,7 @@ def test_test2json_output_of_a_real_run_reads_as_go_test_json(nodes: LocalCluste
                      "--test.run=TestSingleNodeUnitTest|TestGPUCapacity", "--installDevicePlugin=false",
                      env=NVIDIA_SUITE)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "NVIDIA device plugin" not in done.stderr  # --installDevicePlugin=false
     converted = subprocess.run(["go", "tool", "test2json", "-t"], input=done.stdout, capture_output=True, text=True,
                                check=True, timeout=60)
     events = [json.loads(line) for line in converted.stdout.splitlines()]

@@ -296,3 +296,36 @@ def test_the_same_signal_twice_at_once_is_one_interrupt_later_a_second(env):
     runner._signals[0] -= 10
     with pytest.raises(KeyboardInterrupt):
         runner._on_signal(signal.SIGINT, None)
+
+
+# -- e2e-framework's --context --------------------------------------------------------------------
+
+TWO_CONTEXTS = """
+apiVersion: v1
+kind: Config
+clusters:
+- {name: a, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}
+- {name: b, cluster: {server: "https://127.0.0.2:9", insecure-skip-tls-verify: true}}
+users: [{name: u, user: {token: abc}}]
+contexts: [{name: a, context: {cluster: a, user: u}}, {name: b, context: {cluster: b, user: u}}]
+current-context: a
+"""
+
+
+def test_context_picks_the_kubeconfig_context(tmp_path):
+    from harness.cluster import Cluster
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(TWO_CONTEXTS)
+    assert Cluster.connect(str(kubeconfig)).api.configuration.host == "https://127.0.0.1:9"
+    assert Cluster.connect(str(kubeconfig), context="b").api.configuration.host == "https://127.0.0.2:9"
+
+
+def test_an_unknown_context_is_a_configuration_error(env, tmp_path, monkeypatch, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(TWO_CONTEXTS)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    suite = Suite("unit-suite", "needs a cluster")
+    suite.test("TestX")(lambda t: None)
+    assert main(suite, ["--context=c"]) == EXIT_USAGE
+    assert f"load kubeconfig {kubeconfig} context c" in capsys.readouterr().err
