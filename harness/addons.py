@@ -23,7 +23,7 @@ from harness.conditions import (
     deployment_available,
     pods_ready_on_nodes,
 )
-from harness.errors import ConfigError, WaitTimeout
+from harness.errors import ConfigError, HarnessError, TestFailure, WaitTimeout
 from harness.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL, label_value
 from harness.launchers import Launcher
 from harness.manifests import template_text
@@ -120,7 +120,19 @@ def ensure(session: Session, addon: Addon, node_names: tuple[str, ...]) -> None:
 
 
 def remove(session: Session, addon: Addon, created: list[Obj]) -> None:
-    """Delete what this run created of the add-on, last first, and wait (bounded) until it is gone."""
+    """Delete what this run created of the add-on, last first, and wait (bounded) until it is gone;
+    a failure is said and the run goes on (its JUnit must still be written)."""
+    try:
+        _delete_and_wait(session, addon, created)
+    except (HarnessError, TestFailure) as exc:
+        session.properties[f"addon.{addon.key}"] = f"installed {addon.version} by this run, removal failed: {exc}"
+        say(session, f"{addon.name}: removal failed, left in place: {exc}")
+        return
+    session.properties[f"addon.{addon.key}"] = f"installed {addon.version} by this run, removed at the end"
+    say(session, f"{addon.name}: removed " + ", ".join(describe(o) for o in reversed(created)))
+
+
+def _delete_and_wait(session: Session, addon: Addon, created: list[Obj]) -> None:
     cluster = session.cluster
     assert cluster is not None
     for obj in reversed(created):
@@ -134,8 +146,6 @@ def remove(session: Session, addon: Addon, created: list[Obj]) -> None:
         except WaitTimeout:
             say(session, f"{addon.name}: {describe(obj)} still there after {REMOVE_SECONDS:.0f}s; left to the API "
                 "server")
-    session.properties[f"addon.{addon.key}"] = f"installed {addon.version} by this run, removed at the end"
-    say(session, f"{addon.name}: removed " + ", ".join(describe(o) for o in reversed(created)))
 
 
 def say(session: Session, message: str) -> None:

@@ -165,9 +165,17 @@ class Runner:
         except TestPanic as exc:
             panic = str(exc)
         finally:
-            self.session.teardown.close()  # what the run installed, removed after the last test
+            self._remove_what_was_installed()
             written = write_results(self.suite, self.session.artifacts, self.session.results, self._properties())
         return self._exit(written, panic)
+
+    def _remove_what_was_installed(self) -> None:
+        """The add-ons this run installed, removed after the last test; a second signal cuts it short."""
+        try:
+            self.session.teardown.close()
+        except KeyboardInterrupt:
+            print(f"{self.suite.binary}: removal of what this run installed cut short by a second signal "
+                  "(python -m harness.cleanup removes it)", file=sys.stderr, flush=True)
 
     def _set_up_or_fail(self) -> int | None:
         """Set up; on failure remove what was installed, write JUnit and return the exit code:
@@ -175,13 +183,15 @@ class Runner:
         try:
             self._set_up()
         except (ConfigError, ClusterError) as exc:
-            self.session.teardown.close()
+            self._remove_what_was_installed()
             return setup_error(self.suite, self.session.artifacts, exc)
-        except (HarnessError, TestFailure) as exc:
-            print(f"{self.suite.binary}: set-up failed: {exc}", file=sys.stderr)
+        except (HarnessError, TestFailure, KeyboardInterrupt) as exc:
+            reason = str(exc) or "INTERRUPTED: a second signal"
+            print(f"{self.suite.binary}: set-up failed: {reason}", file=sys.stderr)
             self.session.results.append(CaseResult("Setup", Outcome.ERROR, 0.0,
-                                                   f"set-up failed: {exc}".splitlines()[0], str(exc)))
-            self.session.teardown.close()
+                                                   f"set-up failed: {reason}".splitlines()[0], reason))
+            if not isinstance(exc, KeyboardInterrupt):
+                self._remove_what_was_installed()
             written = write_results(self.suite, self.session.artifacts, self.session.results, self._properties())
             return self._exit(written, None)
         return None
