@@ -71,8 +71,6 @@ def tiny_suite() -> Suite:
 
 def framing(text: str) -> list[str]:
     """The lines test2json reads as framing, with their times zeroed."""
-
-
     return [re.sub(r"\(\d+\.\d+s\)", "(0.00s)", line) for line in text.splitlines()
             if line.startswith(TEST2JSON_MARKER)]
 
