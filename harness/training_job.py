@@ -8,14 +8,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.cluster import Cluster
+from harness.addons import ensure_launcher_api
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
-from harness.errors import ConfigError, JobFailed, WaitTimeout
+from harness.errors import JobFailed, WaitTimeout
 from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
-from harness.logs import CapturedLog, capture_pod_logs, last_lines
+from harness.logs import CapturedLog, Heading, capture_pod_logs, console_text, last_lines
 from harness.manifests import dump_objects, render, save
 from harness.measurements import job_metrics, record_metrics
 from harness.metrics import WorkloadMetrics
@@ -32,16 +32,6 @@ FAILURE_SETTLE_SECONDS = 15.0
 # Bytes of each pod's log kept in the JUnit <system-out> (the full log is in logs/).
 JUNIT_LOG_HEAD = 16 * 1024
 JUNIT_LOG_TAIL = 48 * 1024
-
-
-def require_launcher(cluster: Cluster, launcher: Launcher, needed_by: str, otherwise: str) -> None:
-    """ConfigError unless the cluster serves the API the launcher needs (the MPIJob CRD)."""
-    if launcher.needs_api is None:
-        return
-    api_version, kind = launcher.needs_api
-    if not cluster.serves(api_version, kind):
-        raise ConfigError(f"{needed_by} needs the {kind} CRD ({api_version}), which this cluster does not serve: "
-                          f"install mpi-operator or {otherwise}")
 
 
 def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placement:
@@ -65,6 +55,8 @@ class TrainingJob:
     workload: Workload
     launcher: Launcher
     placement: Placement
+    # Upstream's heading of the job's logs in the -test.v output.
+    heading: Heading = Heading.TEST_LOG
     # The latest version of every pod seen while waiting (a deleted pod keeps its node for the report).
     pods_seen: dict[str, Obj] = field(default_factory=dict)
     _captured: list[CapturedLog] | None = None
@@ -173,6 +165,8 @@ class TrainingJob:
             self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, self.t.artifacts_dir / "logs")
             for entry in self._captured:
                 self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
+            self.t.print_verbose(console_text(self._captured, self.workload.job_name, self.heading, JUNIT_LOG_HEAD,
+                                              JUNIT_LOG_TAIL, "    " * (self.t.depth + 1)))
             self.t.property("pods.logs_captured", len(self._captured))
         return self._captured
 
@@ -193,7 +187,7 @@ class TrainingJob:
         self._save_events()
         if self.t.result.outcome is not Outcome.PASS:
             self._save_objects()
-        if not self.t.cfg.keep_resources:
+        if not self.t.keeps_resources():
             for name in self.launcher.owners(self.workload, self.placement):
                 self.t.cluster.delete(self.launcher.owner, name, self.namespace)
 
@@ -221,13 +215,15 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
     return [obj for objects in by_template.values() for obj in objects]
 
 
-def launch(t: TestContext, workload: Workload) -> TrainingJob:
-    """Render and apply the workload for its launcher (LAUNCHER unless it names one); its teardown
-    is registered before anything is applied."""
+def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> TrainingJob:
+    """Render and apply the workload for its launcher (LAUNCHER unless it names one), installing
+    mpi-operator first if the launcher needs it and it is missing; the job's teardown is registered
+    before anything is applied."""
     launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
+    ensure_launcher_api(t.session, launcher, t.name)
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
-    job = TrainingJob(t, workload, launcher, placement)
+    job = TrainingJob(t, workload, launcher, placement, heading)
     t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
     for obj in objects:
         t.cluster.apply(obj)

@@ -20,6 +20,8 @@ from .pod_files import PodFiles, all_containers, apply_logs
 
 # The canned log of a pod whose failure is injected, unless the pod names one.
 FAILURE_CANNED_LOG = "bert-mpirun-missing-env"
+# The label kubetest2-training's harness puts on every pod of a job (harness/labels.py JOB_LABEL).
+JOB_LABEL = "kubetest2-training/job"
 # An annotation value becomes a file name: no path separators, no dot-dot.
 CANNED_LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -46,7 +48,7 @@ class CannedPods:
         entries = []
         for container in all_containers(pod):
             name = container["name"]
-            content = cri_lines(self.lines(annotations, name), started)
+            content = cri_lines(self.lines(annotations, name, meta.get("labels") or {}), started)
             container_dir = self.files.logs_dir(pod) / name
             container_dir.mkdir(parents=True, exist_ok=True)
             (container_dir / "0.log").write_text(content)
@@ -69,7 +71,16 @@ class CannedPods:
             if log_file.exists():
                 mark_exited(log_file)
 
-    def lines(self, annotations: dict[str, str], container: str) -> list[str]:
+    @staticmethod
+    def log_of_set(folder: Path, job: str, container: str) -> Path:
+        """A set of canned logs (a folder) serves a run of several tests: `<job>.<container>.log`,
+        else `<job>.log` (the job label the harness puts on every pod), else `default.log`."""
+        for candidate in (f"{job}.{container}.log", f"{job}.log", "default.log"):
+            if CANNED_LOG_NAME.match(candidate) and (folder / candidate).is_file():
+                return folder / candidate
+        return folder / f"{job or 'default'}.log"
+
+    def lines(self, annotations: dict[str, str], container: str, labels: dict[str, str]) -> list[str]:
         if annotations.get(FAIL_ANNOTATION) == "image-pull":
             return []  # the container never ran
         name = annotations.get(f"{CANNED_LOG_ANNOTATION}-{container}") or annotations.get(CANNED_LOG_ANNOTATION)
@@ -78,6 +89,8 @@ class CannedPods:
         if not CANNED_LOG_NAME.match(name):
             return [f"kwok node agent: invalid canned log name {name!r}"]
         path = self.canned_logs_dir / f"{name}.log"
+        if (self.canned_logs_dir / name).is_dir():
+            path = self.log_of_set(self.canned_logs_dir / name, labels.get(JOB_LABEL, ""), container)
         try:
             return path.read_text(errors="replace").splitlines()
         except OSError:

@@ -270,6 +270,9 @@ TEMPLATE_FIELDS = {
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"],
                     "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1},
     "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]},
+    "daemonset.yaml": {"Command": ["sh", "-c", "true"],
+                       "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
+                       "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]},
     "rbac.yaml": {},
 }
 
