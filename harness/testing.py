@@ -7,7 +7,6 @@ path (pass, fail, timeout, interrupt), logs each error and continues.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 import traceback
@@ -17,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.artifacts import test_folder
 from harness.cancel import CancelToken
-from harness.config import Config
+from harness.config import Config, Origin, Resolved, Source
 from harness.errors import HarnessError, SkipTest, TestFailure
 from harness.junit import CaseResult, Outcome
+from harness.results import CANNED, MIXED, TestRecord, result_document, utc_now, write_result
 from harness.suite import Selector, TestFunc
 
 if TYPE_CHECKING:
@@ -55,6 +56,15 @@ class Session:
     topology: Topology | None = None
     results: list[CaseResult] = field(default_factory=list)
 
+    def resolved(self) -> dict[str, Resolved]:
+        """The configuration with what discovery found in place of what was left to it."""
+        shown = self.cfg.resolved()
+        if self.topology is not None:
+            shown.update(self.topology.resolved())
+        if self.server_version is not None:
+            shown["server_version"] = Resolved(self.server_version, Origin(Source.DISCOVERED, "/version"))
+        return shown
+
 
 class TestContext:
     """The `t` a test function receives."""
@@ -66,6 +76,8 @@ class TestContext:
         self.name = name
         self.depth = depth
         self.result = CaseResult(name)
+        # What result.json holds beyond the outcome: pods, events, checks, metrics (harness/results.py).
+        self.record = TestRecord()
         self._cleanups = ExitStack()
         self._log_lines: list[str] = []
         # Parts of <system-out>, joined once when the test ends (appending to one string copied
@@ -99,10 +111,9 @@ class TestContext:
 
     @property
     def artifacts_dir(self) -> Path:
-        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>)."""
+        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>; harness.artifacts.test_folder's rule)."""
         if self._artifacts_dir is None:
-            safe = re.sub(r"[^A-Za-z0-9_./-]", "_", self.name)
-            self._artifacts_dir = self.session.artifacts / self.session.binary / safe
+            self._artifacts_dir = self.session.artifacts / self.session.binary / test_folder(self.name)
             self._artifacts_dir.mkdir(parents=True, exist_ok=True)
         return self._artifacts_dir
 
@@ -145,6 +156,7 @@ class TestContext:
             return True
         child = TestContext(self.session, full, self.depth + 1)
         child.execute(func)
+        self.record.child_executions.add(child.record.execution())
         if child.result.outcome in (Outcome.FAIL, Outcome.ERROR):
             if self.result.outcome is Outcome.PASS:
                 self.result.outcome = Outcome.FAIL
@@ -180,14 +192,27 @@ class TestContext:
         finally:
             self.result.elapsed = time.monotonic() - started
             self.result.system_out = "".join(self._output_parts)
+            self.result.properties["execution"] = self.record.execution()
+            self.write_result()
             self._report()
         return self.result
+
+    def write_result(self) -> None:
+        """result.json in the test's folder; a failure to write it is logged, never raised (JUnit is
+        still written)."""
+        try:
+            document = result_document(self.session.binary, self.result, self.record, self.session.resolved())
+            write_result(self.artifacts_dir / "result.json", document)
+        except (OSError, ValueError) as exc:
+            self.logf("cannot write result.json: %s: %s", type(exc).__name__, exc)
 
     def _record(self, outcome: Outcome, message: str, detail: str = "") -> None:
         if self.result.outcome in (Outcome.FAIL, Outcome.ERROR) and outcome is not Outcome.SKIP:
             # Keep the first failure (a subtest's), add this one to the detail.
             self.result.detail += f"\n{message}\n{detail}"
             return
+        if outcome in (Outcome.FAIL, Outcome.ERROR):
+            self.record.failed_at = utc_now()
         self.result.outcome, self.result.message = outcome, message.splitlines()[0] if message else ""
         self.result.detail = f"{message}\n{detail}".strip()
         self.logf("%s", message)
@@ -196,6 +221,9 @@ class TestContext:
         out, indent = self.session.output, "    " * self.depth
         verdict = self.result.outcome.value if self.result.outcome is not Outcome.ERROR else "FAIL"
         out.emit(f"{indent}--- {verdict}: {self.name} ({self.result.elapsed:.2f}s)")
+        execution = self.result.properties.get("execution")
+        if execution in (CANNED, MIXED):
+            out.emit(f"{indent}    execution={execution}: the local cluster served canned pod logs, not a real run")
         if not out.verbose and self.result.outcome in (Outcome.FAIL, Outcome.ERROR):
             for line in self._log_lines:
                 out.emit(line)

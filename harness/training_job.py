@@ -11,6 +11,7 @@ from harness.cluster import Cluster
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
 from harness.errors import ConfigError, JobFailed
+from harness.exit_after_training import explain as explain_exit
 from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
@@ -20,6 +21,7 @@ from harness.measurements import job_metrics, record_metrics
 from harness.metrics import WorkloadMetrics
 from harness.namespaces import namespace_for
 from harness.resources import EVENT, POD, Obj
+from harness.results import event_entry
 from harness.testing import TestContext
 from harness.wait import Condition, wait_for
 from harness.watch import ChangeCursor, ClusterState
@@ -97,7 +99,10 @@ class TrainingJob:
         except JobFailed as exc:
             captured = self.capture_logs()
             tail = last_lines(captured, exc.pod) if exc.pod else ""
-            raise JobFailed(f"{exc}\n{tail}".rstrip(), exc.pod) from None
+            message = str(exc)
+            if exc.pod:  # a rank that trained and then died on the way out is said to have done so
+                message = explain_exit(message, [e for e in captured if e.pod == exc.pod], self.pods_seen.get(exc.pod))
+            raise JobFailed(f"{message}\n{tail}".rstrip(), exc.pod) from None
         self.t.property("job.seconds", f"{time.monotonic() - started:.2f}")
         self.t.logf("%s after %.1fs", message, time.monotonic() - started)
 
@@ -126,6 +131,7 @@ class TrainingJob:
             pods = self.pods()
             self.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
             self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, self.t.artifacts_dir / "logs")
+            self.t.record.add_pods(self.pods_seen.values(), self._captured, self.t.artifacts_dir)
             for entry in self._captured:
                 self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
             self.t.property("pods.logs_captured", len(self._captured))
@@ -153,6 +159,7 @@ class TrainingJob:
 
     def _save_events(self) -> None:
         events = self.t.cluster.list(EVENT, self.namespace).get("items", [])
+        self.t.record.events = [event_entry(e) for e in events]
         lines = [f"{e.get('lastTimestamp') or e.get('eventTime') or ''} {e.get('type', '')} "
                  f"{e.get('involvedObject', {}).get('kind', '')}/{e.get('involvedObject', {}).get('name', '')} "
                  f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]

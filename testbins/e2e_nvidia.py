@@ -5,22 +5,18 @@ from __future__ import annotations
 import re
 import sys
 
-from harness.errors import TestFailure
+from harness.bandwidth import judge_busbw, sweep_max_bytes
+from harness.capacity import check_gpus_seen, judge_advertised
+from harness.checks import Check, Verdict
 from harness.launchers import LAUNCHERS, Workload
 from harness.logs import CapturedLog
+from harness.measurements import record_verdict, training_verdict
 from harness.metrics import read_lines
 from harness.runner import main as run_suite
 from harness.suite import Suite
 from harness.testing import TestContext
 from harness.training_job import launch, require_launcher
-from harness.verdict import (
-    Threshold,
-    check_advertised_gpus,
-    check_all_ranks_reported,
-    check_busbw,
-    check_gpus_seen,
-    threshold,
-)
+from harness.verdict import check_parse
 
 # With EFA on RDMA-capable instance types NCCL must use Libfabric with GPUDirect RDMA.
 EFA_GDRDMA = re.compile(r"\[send\] via NET/.*Libfabric/.*/GDRDMA")
@@ -33,24 +29,21 @@ SUITE = Suite("e2e-nvidia", "GPU and interconnect checks: all-reduce bandwidth t
               "nccl-tests, and the GPUs every node advertises are usable from pods.")
 
 
-def busbw_floor(t: TestContext) -> Threshold:
-    """NCCL_TESTS_MIN_BW, else the node type's table row; recorded as a JUnit property."""
-    floor = threshold(t.cfg.min_busbw, "NCCL_TESTS_MIN_BW", t.topology.node_type, "busbw_gbps")
-    t.property("busbw.expected_gbps", floor.value if floor.value is not None else "none")
-    return floor
-
-
 @SUITE.test("TestNCCLAllReduce")
 def test_nccl_allreduce(t: TestContext) -> None:
     """torch.distributed all-reduce sweep across all nodes and GPUs; bus bandwidth checked."""
     size = "tiny" if t.cfg.accelerator == "cpu" else "default"
-    job = launch(t, Workload("nccl-allreduce", "workloads.allreduce", ("--size", size)))
+    nodes = t.topology.node_count
+    # Up to where the node type's bandwidth floor was measured (the verdict judges that size).
+    needed = sweep_max_bytes(t.topology.node_type, nodes, "allreduce")
+    sweep = ("--max-bytes", needed) if needed else ()
+    job = launch(t, Workload("nccl-allreduce", "workloads.allreduce", ("--size", size, *sweep)))
     job.wait_succeeded()
     metrics = job.metrics()
     job.report(metrics)
-    check_all_ranks_reported(metrics, job.world_size)
-    busbw = [r.values["busbw_avg"] for r in metrics.ranks if r.values.get("busbw_avg") is not None]
-    check_busbw(min(busbw) if busbw else None, busbw_floor(t))
+    verdict, meta = training_verdict(t, metrics, job.world_size, "allreduce")
+    verdict.extend(judge_busbw("allreduce", metrics.sweep, t.topology.node_type, job.node_count, t.cfg.min_busbw))
+    record_verdict(t, verdict, metrics, meta)
 
 
 def used_gdrdma(logs: list[CapturedLog]) -> bool:
@@ -62,7 +55,7 @@ def used_gdrdma(logs: list[CapturedLog]) -> bool:
 
 def nccl_tests(t: TestContext, nodes: int) -> None:
     """nccl-tests all_reduce_perf in an MPIJob, like upstream; EFA path checked where it applies."""
-    max_bytes = "2G" if nodes == 1 else "16G"
+    max_bytes = sweep_max_bytes(t.topology.node_type, nodes, "all_reduce_perf") or ("2G" if nodes == 1 else "16G")
     efa = bool(t.topology.efa_per_node)
     workload = Workload(
         f"nccl-tests-{nodes}n", binary=NCCL_TESTS_BINARY,
@@ -74,15 +67,20 @@ def nccl_tests(t: TestContext, nodes: int) -> None:
     job.wait_succeeded()
     metrics = job.metrics()
     job.report(metrics)
-    values = metrics.ranks[0].values
-    if values.get("out_of_bounds"):
-        raise TestFailure(f"nccl-tests: {values['out_of_bounds']} out-of-bounds values (wrong results)")
-    check_busbw(values.get("busbw_avg"), busbw_floor(t))
+    verdict = Verdict([check_parse(metrics)])
+    verdict.extend(judge_busbw("all_reduce_perf", metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw))
     if efa and RDMA_CAPABLE_TYPES.match(t.topology.node_type):
-        if not used_gdrdma(job.capture_logs()):
-            raise TestFailure(f"nccl-tests: EFA is enabled on {t.topology.node_type} but NCCL did not use "
-                              f"Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
-        t.property("efa.gdrdma", "true")
+        verdict.add(check_gdrdma(t, job.capture_logs()))
+    record_verdict(t, verdict, metrics)
+
+
+def check_gdrdma(t: TestContext, logs: list[CapturedLog]) -> Check:
+    """With EFA on an RDMA-capable type, NCCL sends over Libfabric with GPUDirect RDMA."""
+    if not used_gdrdma(logs):
+        return Check.failed("efa.gdrdma", f"nccl-tests: EFA is enabled on {t.topology.node_type} but NCCL did not "
+                                          f"use Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
+    t.property("efa.gdrdma", "true")
+    return Check.passed("efa.gdrdma", "NCCL sent over Libfabric with GPUDirect RDMA")
 
 
 @SUITE.test("TestNCCLTests")
@@ -108,18 +106,19 @@ def gpus_listed(log: CapturedLog) -> int:
 
 @SUITE.test("TestGPUCapacity")
 def test_gpu_capacity(t: TestContext) -> None:
-    """Every node advertises the expected GPUs, and a pod on each node sees them all."""
+    """Every node advertises the GPUs (and EFA devices) its type should have (harness/capacity.py:
+    the table, else the most any node advertises; GPUS_PER_NODE wins), and a pod on each node sees
+    them all."""
     if t.cfg.accelerator == "cpu":
         t.skip("no GPUs to check with ACCELERATOR=cpu")
-    expected = t.topology.gpus_per_node
-    check_advertised_gpus(t.topology.nodes, expected)
+    record_verdict(t, judge_advertised(t.topology))
     listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=t.cfg.nccl_tests_image,
                                  launcher="per-node"))
     listing.wait_succeeded()
     seen = [(log.pod, log.node, gpus_listed(log)) for log in listing.capture_logs()]
     for _, node, count in seen:
         t.property(f"node.{node}.gpus_seen", count)
-    check_gpus_seen(seen, expected)
+    record_verdict(t, Verdict([check_gpus_seen(seen, t.topology.gpus_per_node)]))
 
 
 def main() -> None:
