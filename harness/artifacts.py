@@ -70,7 +70,7 @@ def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
 _UNSAFE_IN_FOLDER = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def test_folder(name: str) -> PurePosixPath:
+def folder_of_test(name: str) -> PurePosixPath:
     """The folder of a test or subtest under `$ARTIFACTS/<binary>/` (docs/ARTIFACTS.md states the rule):
     each `/`-separated part of the Go-style name is one folder level; in a part, every character
     other than an ASCII letter, digit, `_`, `-` or `.` becomes `_` (upstream's

@@ -28,6 +28,7 @@ class Check:
     name: str
     status: Status
     message: str
+    # The figure compared and the threshold it was compared with, when there was one.
     measured: float | None = None
     expected: float | None = None
     unit: str = ""

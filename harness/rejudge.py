@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.artifacts import test_folder
+from harness.artifacts import folder_of_test
 from harness.bandwidth import judge_busbw
 from harness.checks import Verdict
 from harness.errors import UnrecognisedLog
@@ -62,7 +62,7 @@ class Inputs:
 def _test_dir(path: Path, test: str) -> Path | None:
     if (path / "logs").is_dir():
         return path
-    matches = [d for d in path.glob(f"*/{test_folder(test)}") if (d / "logs").is_dir()]
+    matches = [d for d in path.glob(f"*/{folder_of_test(test)}") if (d / "logs").is_dir()]
     if len(matches) > 1:
         raise UsageProblem(f"{path}: {len(matches)} folders hold {test}'s logs: {', '.join(map(str, matches))}")
     return matches[0] if matches else None
@@ -79,7 +79,7 @@ def find_inputs(paths: list[Path], test: str) -> Inputs:
             raise UsageProblem(f"{path}: no such file or folder")
         folder = _test_dir(path, test)
         if folder is None:
-            raise UsageProblem(f"{path}: no logs/ folder for {test} (expected <binary>/{test_folder(test)}/logs)")
+            raise UsageProblem(f"{path}: no logs/ folder for {test} (expected <binary>/{folder_of_test(test)}/logs)")
         logs += sorted(p for p in (folder / "logs").glob("*.log") if not p.name.endswith(".previous.log"))
         if (folder / "result.json").is_file():
             result = json.loads((folder / "result.json").read_text())

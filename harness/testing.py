@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.artifacts import test_folder
+from harness.artifacts import folder_of_test
 from harness.cancel import CancelToken
 from harness.config import Config, Origin, Resolved, Source
 from harness.errors import HarnessError, SkipTest, TestFailure
@@ -111,9 +111,9 @@ class TestContext:
 
     @property
     def artifacts_dir(self) -> Path:
-        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>; harness.artifacts.test_folder's rule)."""
+        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>; harness.artifacts.folder_of_test's rule)."""
         if self._artifacts_dir is None:
-            self._artifacts_dir = self.session.artifacts / self.session.binary / test_folder(self.name)
+            self._artifacts_dir = self.session.artifacts / self.session.binary / folder_of_test(self.name)
             self._artifacts_dir.mkdir(parents=True, exist_ok=True)
         return self._artifacts_dir
 

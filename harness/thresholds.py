@@ -33,8 +33,8 @@ class Floor:
     """A bus bandwidth floor: GB/s measured at `size_bytes`, for `nodes` nodes (None: any count)."""
 
     gbps: float
-    size_bytes: int
-    source: str
+    size_bytes: int  # the message size it was measured at
+    source: str  # a key of the table's `sources`
     nodes: int | None = None
 
 
@@ -43,7 +43,8 @@ class NodeType:
     """One row of the table; an unlisted type is an empty row."""
 
     name: str
-    gpu: str | None = None
+    gpu: str | None = None  # the GPU model, for the reader
+    # What every node of the type advertises (nvidia.com/gpu, vpc.amazonaws.com/efa), and the source.
     gpus: int | None = None
     efa: int | None = None
     capacity_source: str = ""

@@ -53,7 +53,7 @@ class Expectation:
     test: str
     spec: WorkloadSpec
     world_size: int
-    node_type: str | None = None
+    node_type: str | None = None  # None: no node type's thresholds apply
     straggler_fraction: float = 0.7
     min_throughput_per_gpu: float | None = None  # MIN_THROUGHPUT_PER_GPU
 

@@ -38,8 +38,9 @@ def metrics_line(record: dict[str, Any]) -> str:
 
 def step_lines(rank: int, steps: int = 20, first: float = 5.3, last: float = 3.1) -> list[str]:
     """A falling loss, one KT2T_STEP line per step."""
-    return ["KT2T_STEP " + json.dumps({"rank": rank, "step": s, "loss": round(first + (last - first) * s / (steps - 1), 4),
-                                       "ms": 50.0}, separators=(",", ":")) for s in range(steps)]
+    losses = [round(first + (last - first) * s / (steps - 1), 4) for s in range(steps)]
+    return ["KT2T_STEP " + json.dumps({"rank": rank, "step": s, "loss": loss, "ms": 50.0}, separators=(",", ":"))
+            for s, loss in enumerate(losses)]
 
 
 def training_log(world_size: int, workload: str = "bert", gpus_per_node: int = 8,
@@ -55,7 +56,7 @@ def training_log(world_size: int, workload: str = "bert", gpus_per_node: int = 8
 
 
 NCCL_HEADER = """\
-# nThread 1 nGpus 1 minBytes 8 maxBytes {max_bytes} step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+# nThread 1 nGpus 1 minBytes 8 maxBytes {max_bytes} step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1
 #
 #                                                              out-of-place                       in-place
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
@@ -78,7 +79,8 @@ def nccl_table(peak_busbw: float, ranks: int, max_bytes: int = 16 * GIB, wrong: 
         size *= 2
     body = NCCL_HEADER.format(max_bytes=max_bytes) + "\n".join(rows) + "\n"
     avg = average if average is not None else sum(float(r.split()[7]) for r in rows) / len(rows)
-    body += f"# Out of bounds values : {1 if wrong else 0} {'FAILED' if wrong else 'OK'}\n# Avg bus bandwidth    : {avg:.4f}\n#\n"
+    body += f"# Out of bounds values : {1 if wrong else 0} {'FAILED' if wrong else 'OK'}\n"
+    body += f"# Avg bus bandwidth    : {avg:.4f}\n#\n"
     if tag:
         body = "".join(f"[1,0]<stdout>:{line}\n" for line in body.splitlines())
     return body

@@ -144,7 +144,8 @@ def test_a_repeated_step_keeps_its_last_line():
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("[1,0]<stdout>:Process 0 - Throughput: 1.2.3 samples/second", "x.log:1: expected Process 0 - Throughput: a number"),
+    ("[1,0]<stdout>:Process 0 - Throughput: 1.2.3 samples/second",
+     "x.log:1: expected Process 0 - Throughput: a number"),
     ("# Avg bus bandwidth    : 1.2.3", "expected # Avg bus bandwidth: a number, found '1.2.3'"),
     ("iter 1: loss 3.0, time 1..0ms, mfu n/a", "expected iter 1: time: a number, found '1..0'"),
     ('KT2T_METRICS {"workload":"bert","rank":"x"}', "expected KT2T_METRICS: rank: a whole number >= 0, found '\"x\"'"),

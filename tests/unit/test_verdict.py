@@ -60,17 +60,20 @@ def iter_log(*losses: str) -> str:
     return "".join(f"iter {i}: loss {loss}, time 10.00ms, mfu n/a\n" for i, loss in enumerate(losses))
 
 
-BERT_32 = "tests/fixtures/bert-mpirun-32ranks.log"
+BERT_32 = Path("tests/fixtures/bert-mpirun-32ranks.log").read_text()
+NCCL_16_CANNED = Path("hack/canned-logs/nccl-tests-16gpus-efa.log").read_text()
 
 
 def bert_upstream(world_size: int = 2, throughput: str = "9.91") -> str:
-    return "".join(f"[1,{r}]<stdout>:Process {r} - Throughput: {throughput} samples/second\n" for r in range(world_size))
+    return "".join(f"[1,{r}]<stdout>:Process {r} - Throughput: {throughput} samples/second\n"
+                   for r in range(world_size))
 
 
 def probe_slow(ranks: range, value: float = 100.0) -> dict[str, dict[str, Any]]:
     return {f"r{r}": {"probe_matmul_tflops": value} for r in ranks}
 
 
+NAN_STEP = 'KT2T_STEP {"rank":0,"step":5,"loss":null,"nonfinite":["loss"]}'
 # (id, run, failing check, text the failing check's message must hold)
 BROKEN = [
     ("nan-loss-and-throughput-null", Run(log_of(records(1, "nanogpt", r0={
@@ -78,9 +81,8 @@ BROKEN = [
      "loss", "loss_last is NaN/inf on rank 0 (pod nanogpt-worker-0, node node-0)"),
     ("nan-throughput", Run(log_of(records(1, "nanogpt", r0={"tokens_per_s": None, "nonfinite": ["tokens_per_s"]})),
                            "nanogpt", 1), "throughput", "tokens_per_s is NaN/inf on rank 0"),
-    ("nan-in-the-step-series", Run(log_of(records(1), {0: [*step_lines(0)[:5],
-                                                           'KT2T_STEP {"rank":0,"step":5,"loss":null,"nonfinite":["loss"]}']}),
-                                   world_size=1), "loss", "loss is NaN/inf on rank 0 (pod bert-worker-0, node node-0) at step 5"),
+    ("nan-in-the-step-series", Run(log_of(records(1), {0: [*step_lines(0)[:5], NAN_STEP]}), world_size=1),
+     "loss", "loss is NaN/inf on rank 0 (pod bert-worker-0, node node-0) at step 5"),
     ("inf-to-5-is-no-decrease", Run(iter_log("inf", "9.0", "5.0"), "nanogpt", 1), "loss", "loss is NaN/inf on rank 0"),
     ("inf-to-5-in-records", Run(log_of(records(1, r0={"loss_first": None, "nonfinite": ["loss_first"]})), world_size=1),
      "loss", "loss_first is NaN/inf"),
@@ -101,8 +103,9 @@ BROKEN = [
      "the logs hold bert, mnist metrics"),
     ("missing-throughput-key", Run(log_of(records(2, "nanogpt", r1={"tokens_per_s": None})), "nanogpt"),
      "throughput", "rank 1 (pod nanogpt-worker-1, node node-1) reported no tokens_per_s"),
-    ("32-ranks-for-a-2-rank-job", Run(log_of(records(32, gpus_per_node=8))), "ranks", "ranks outside 0..1 reported: 2-31"),
-    ("32-upstream-ranks-for-a-2-rank-job", Run(open(BERT_32).read()), "ranks", "ranks outside 0..1 reported: 2-31"),
+    ("32-ranks-for-a-2-rank-job", Run(log_of(records(32, gpus_per_node=8))), "ranks",
+     "ranks outside 0..1 reported: 2-31"),
+    ("32-upstream-ranks-for-a-2-rank-job", Run(BERT_32), "ranks", "ranks outside 0..1 reported: 2-31"),
     ("a-rank-with-no-values", Run(log_of([metrics_record(0, 2), {"workload": "bert", "rank": 1, "world_size": 2}])),
      "ranks", "ranks with no values: 1"),
     ("duplicate-rank-different-values", Run(log_of([*records(2), metrics_record(1, 2, throughput=1.0)])), "parse",
@@ -144,7 +147,7 @@ BROKEN = [
     ("a-rank-cut-off-mid-line", Run(log_of(records(2)).rstrip("\n").rpartition("\n")[0] + "\n" +
                                     metrics_line(metrics_record(1, 2))[:40]), "ranks",
      "1 of 2 ranks reported nothing: ranks 1"),
-    ("record-rank-is-not-its-tag", Run(log_of(records(1)) + "[1,1]<stdout>:" + metrics_line(metrics_record(0, 2)) + "\n",
+    ("record-rank-is-not-its-tag", Run(log_of(records(1)) + f"[1,1]<stdout>:{metrics_line(metrics_record(0, 2))}\n",
                                        world_size=1), "parse", "rank 0 in a line mpirun tagged as rank 1"),
     ("bert-line-rank-is-not-its-tag", Run("[1,0]<stdout>:Process 1 - Throughput: 9.00 samples/second\n", world_size=2),
      "parse", "Process 1: the rank mpirun tagged the line with (0)"),
@@ -191,14 +194,15 @@ HEALTHY = [
     ("bert-8-ranks-one-p4d", Run(training_log(8), world_size=8, node_type="p4d.24xlarge")),
     ("bert-16-ranks-two-p5", Run(training_log(16), world_size=16, node_type="p5.48xlarge")),
     ("nanogpt-2-cpu-ranks", Run(training_log(2, "nanogpt", gpus_per_node=1), "nanogpt", 2, "kwok-cpu")),
-    ("mnist-16-ranks-tagged", Run("".join(f"[1,{i // 21}]<stdout>:{line}\n" for i, line in
-                                          enumerate(training_log(16, "mnist").splitlines())), "mnist", 16, "p4d.24xlarge")),
-    ("upstream-bert-32-ranks-p3", Run(open(BERT_32).read(), world_size=32, node_type="p3.16xlarge")),
+    ("mnist-16-ranks-tagged", Run("".join(f"[1,{i // 21}]<stdout>:{line}\n" for i, line in enumerate(
+        training_log(16, "mnist").splitlines())), "mnist", 16, "p4d.24xlarge")),
+    ("upstream-bert-32-ranks-p3", Run(BERT_32, world_size=32, node_type="p3.16xlarge")),
     ("nccl-8-gpus-one-p4d", Run(nccl_table(232.0, 8), node_type="p4d.24xlarge", busbw=("all_reduce_perf", 1))),
-    ("nccl-16-gpus-two-p4d-canned", Run(open("hack/canned-logs/nccl-tests-16gpus-efa.log").read(),
+    ("nccl-16-gpus-two-p4d-canned", Run(NCCL_16_CANNED,
                                         node_type="p4d.24xlarge", busbw=("all_reduce_perf", 2))),
     ("nccl-8-gpus-one-p5", Run(nccl_table(470.0, 8), node_type="p5.48xlarge", busbw=("all_reduce_perf", 1))),
-    ("nccl-16-gpus-two-p5", Run(nccl_table(480.0, 16, tag=True), node_type="p5.48xlarge", busbw=("all_reduce_perf", 2))),
+    ("nccl-16-gpus-two-p5", Run(nccl_table(480.0, 16, tag=True), node_type="p5.48xlarge",
+                                busbw=("all_reduce_perf", 2))),
     ("nccl-16-gpus-two-p5-to-2g", Run(nccl_table(441.0, 16, max_bytes=2 * GIB), node_type="p5.48xlarge",
                                       busbw=("all_reduce_perf", 2))),
     ("all-gather-no-floor", Run(nccl_table(300.0, 16), node_type="p5.48xlarge", busbw=("all_gather_perf", 2))),
