@@ -92,11 +92,10 @@ def _finite_float(text: str) -> float:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    record: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in record:
-            raise ValueError(f"key {key!r} appears twice")
-        record[key] = value
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        keys = [key for key, _ in pairs]
+        raise ValueError(f"key {next(k for k in keys if keys.count(k) > 1)!r} appears twice")
     return record
 
 
@@ -142,22 +141,25 @@ def _is_whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _expected_of(key: str, value: Any) -> str | None:
+    """What one key's value should have been, or None when it is well-formed (the common case: cheap)."""
+    if key in WHOLE_KEYS:
+        return None if _is_whole(value) and value >= WHOLE_KEYS[key] else f"a whole number >= {WHOLE_KEYS[key]}"
+    if key in TEXT_KEYS:
+        return None if isinstance(value, str) and value else "a name"
+    if key in OPTIONAL_TEXT_KEYS:
+        return None if value is None or isinstance(value, str) else "text or null"
+    if key == "nonfinite":
+        return None if isinstance(value, list) and all(isinstance(v, str) for v in value) else "a list of key names"
+    if value is None or type(value) in (int, float) or not is_number_key(key):
+        return None
+    return "a number or null"
+
+
 def _key_problem(key: str, value: Any) -> str | None:
     """What is wrong with one key's value, or None."""
-    shown = _shown(json.dumps(value))
-    if key in WHOLE_KEYS:
-        minimum = WHOLE_KEYS[key]
-        return None if _is_whole(value) and value >= minimum else f"{key}: a whole number >= {minimum}, found {shown}"
-    if key in TEXT_KEYS:
-        return None if isinstance(value, str) and value else f"{key}: a name, found {shown}"
-    if key in OPTIONAL_TEXT_KEYS:
-        return None if value is None or isinstance(value, str) else f"{key}: text or null, found {shown}"
-    if key == "nonfinite":
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return None if ok else f"nonfinite: a list of key names, found {shown}"
-    if is_number_key(key) and value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-        return f"{key}: a number or null, found {shown}"
-    return None
+    expected = _expected_of(key, value)
+    return None if expected is None else f"{key}: {expected}, found {_shown(json.dumps(value))}"
 
 
 def validate_record(record: Any, marker: str, required: Iterable[str]) -> tuple[dict[str, Any], list[str]]:

@@ -60,6 +60,7 @@ from harness.log_lines import (
 FORMAT_KT2T, FORMAT_BERT, FORMAT_ITER, FORMAT_NCCL, FORMAT_NONE = "kt2t", "bert", "nanogpt-iter", "nccl-tests", "none"
 HEADER_PREFIX = "=== "  # the harness's own first line of a captured log (harness/logs.py)
 SHOWN_TEXT = 120  # characters of a malformed line quoted in its problem
+KEPT_PROBLEMS = 100  # problems kept per log (the rest are counted): a log of garbage must not fill memory
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ class WorkloadMetrics:
     ranks: list[RankMetrics]
     source_format: str = FORMAT_KT2T
     sweep: Sweep | None = None
-    problems: list[ParseProblem] = field(default_factory=list)
+    problems: list[ParseProblem] = field(default_factory=list)  # the first ones of each log
+    problem_count: int = 0  # all of them
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -139,7 +141,7 @@ class WorkloadMetrics:
             "workload": self.workload, "format": self.source_format,
             "ranks": [r.as_dict() for r in sorted(self.ranks, key=lambda r: r.rank)],
             "aggregate": self.aggregate(),
-            "problems": [str(p) for p in self.problems], "notes": self.notes,
+            "problems": [str(p) for p in self.problems], "problem_count": self.problem_count, "notes": self.notes,
         }
         if self.sweep is not None:
             out["sweep"] = sweep_dict(self.sweep)
@@ -181,7 +183,8 @@ class LogScan:
     resumed_from: int | None = None
     rows: list[Located] = field(default_factory=list)  # SweepRow
     comments: dict[str, Any] = field(default_factory=dict)
-    problems: list[ParseProblem] = field(default_factory=list)
+    problems: list[ParseProblem] = field(default_factory=list)  # the first KEPT_PROBLEMS
+    problem_count: int = 0
     notes: list[str] = field(default_factory=list)
 
     def recognised(self) -> bool:
@@ -195,7 +198,9 @@ class LogScan:
             self.problem(number, line, exc.expected)
 
     def problem(self, number: int, line: str, expected: str) -> None:
-        self.problems.append(ParseProblem(self.source, number, line[:SHOWN_TEXT], expected))
+        self.problem_count += 1
+        if len(self.problems) < KEPT_PROBLEMS:
+            self.problems.append(ParseProblem(self.source, number, line[:SHOWN_TEXT], expected))
 
     def cut_off(self, line: str, number: int) -> None:
         """The last line had no newline: not read as a value (the log may have been cut mid-line)."""
@@ -413,6 +418,7 @@ def combine(scans: list[LogScan]) -> WorkloadMetrics:
         names = ", ".join(s.source for s in scans)
         raise UnrecognisedLog(f"parse metrics: no known metric format in {names}")
     metrics.sweep, metrics.problems = sweep, problems
+    metrics.problem_count = len(problems) + sum(scan.problem_count - len(scan.problems) for scan in scans)
     metrics.notes = [note for scan in scans for note in scan.notes]
     return metrics
 

@@ -64,8 +64,9 @@ def check_parse(metrics: WorkloadMetrics) -> Check:
     if not metrics.problems:
         return Check.passed("parse", f"no malformed values in {FORMAT_NAMES.get(metrics.source_format, '?')}{notes}")
     shown = "; ".join(str(p) for p in metrics.problems[:3])
-    more = f" (and {len(metrics.problems) - 3} more)" if len(metrics.problems) > 3 else ""
-    return Check.failed("parse", f"parse: {len(metrics.problems)} malformed values in the logs: {shown}{more}")
+    count = max(metrics.problem_count, len(metrics.problems))
+    more = f" (and {count - 3} more)" if count > 3 else ""
+    return Check.failed("parse", f"parse: {count} malformed values in the logs: {shown}{more}")
 
 
 def check_workload(metrics: WorkloadMetrics, expect: Expectation) -> Check:

@@ -214,3 +214,8 @@ def test_adversarial_lines_give_problems_not_exceptions(line):
     """Linear time on these shapes is measured by bench/parser_adversarial.py at 50 MB."""
     scan = scan_lines([line])
     assert all(len(p.text) <= 120 for p in scan.problems)
+
+
+def test_a_log_of_garbage_keeps_the_first_problems_and_counts_the_rest():
+    metrics = combine([scan_lines(['KT2T_METRICS {"rank":"x"}'] * 1000, "junk.log")])
+    assert len(metrics.problems) == 100 and metrics.problem_count == 1000
