@@ -3,10 +3,11 @@
 For each shape, a log of one line of about SIZE MB (and one of SIZE/10 MB, to show linearity) is
 written to a temporary file and parsed by `harness.metrics.parse_files` (what the suites and
 `python -m harness.metrics` run), in a fresh subprocess per file so that each figure has its own
-peak memory; CPU time is compared (the wall time on a shared machine is noise). Prints one line per figure, `name: value unit  # how`; the shapes are the old
-regex's worst case (repeated `KT2T_METRICS {`, 25 s at 1.1 MB before), and others that could make
-a scanner rescan: an unterminated JSON string full of markers, deep nesting, endless numbers,
-tags and table-like rows, and many short malformed lines.
+peak memory; CPU time is compared (wall time on a shared machine is noise). Prints one line per
+figure, `name: value unit  # how`; the shapes are the old regex's worst case (repeated
+`KT2T_METRICS {`, 25 s at 1.1 MB before), and others that could make a scanner rescan: an
+unterminated JSON string full of markers, deep nesting, endless numbers, tags and table-like rows,
+and many short lines, malformed or valid.
 
     .venv/bin/python bench/parser_adversarial.py            # 50 MB lines (about 2 minutes here)
     .venv/bin/python bench/parser_adversarial.py --mb 5     # quicker
@@ -82,7 +83,8 @@ def main() -> int:
             small, large = figures.values()
             mb, ratio = args.mb, large["cpu"] / max(small["cpu"], 1e-3)
             print(f"{name}: {large['seconds']:.2f} s wall, {large['cpu']:.2f} s CPU for {mb:g} MB "
-                  f"({mb / large['cpu']:.0f} MB/s of CPU), {large['problems']} problems, peak {large['peak_mib']:.0f} MiB"
+                  f"({mb / large['cpu']:.0f} MB/s of CPU), {large['problems']} problems, "
+                  f"peak {large['peak_mib']:.0f} MiB"
                   f"  # CPU x{ratio:.1f} that of {mb / 10:g} MB ({small['cpu']:.3f} s): linear is x10", flush=True)
     return 0
 
