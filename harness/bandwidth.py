@@ -112,7 +112,8 @@ def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
     measured = ", ".join(f"{gbps:.2f} GB/s {label}" for label, gbps in halves)
     origin = (f"{BUSBW_TOLERANCE:g} x {floor.gbps:g} from NCCL_TESTS_MIN_BW" if floor.source == "NCCL_TESTS_MIN_BW" else
               f"{BUSBW_TOLERANCE:g} x {floor.gbps:g} GB/s, the {node_type} {topology_of(nodes)} "
-              f"{collective_of(operation)} floor measured at {format_bytes(floor.size_bytes)}; {floor.source}")
+              f"{collective_of(operation)} floor measured at {format_bytes(floor.size_bytes)}; "
+              f"source {floor.source} in harness/thresholds.yaml")
     lowest = min(gbps for _, gbps in halves)
     message = (f"bus bandwidth at {format_bytes(row.size)} (the sweep's largest message): {measured}, expected "
                f">= {expected:.2f} GB/s ({origin})")

@@ -30,7 +30,7 @@ def expected_per_node(type_name: str, nodes: Iterable[NodeInfo], resource: str) 
     row = node_type(type_name)
     listed = row.gpus if resource == GPU_RESOURCE else row.efa
     if listed is not None:
-        return Expected(listed, f"{type_name} table ({row.capacity_source or 'harness/thresholds.yaml'})", True)
+        return Expected(listed, f"{type_name} table in harness/thresholds.yaml (source {row.capacity_source})", True)
     counts = [n.gpus if resource == GPU_RESOURCE else n.efa for n in nodes]
     return Expected(max(counts, default=0),
                     f"the most any of the {len(counts)} {type_name} nodes advertises ({type_name} is not in "

@@ -47,7 +47,7 @@ class NodeType:
     # What every node of the type advertises (nvidia.com/gpu, vpc.amazonaws.com/efa), and the source.
     gpus: int | None = None
     efa: int | None = None
-    capacity_source: str = ""
+    capacity_source: str = ""  # a key of `sources`
     bert_samples_per_gpu: Figure | None = None
     # (topology, collective) -> floors, smallest size first
     busbw_floors: dict[tuple[str, str], tuple[Floor, ...]] = field(default_factory=dict)
@@ -99,7 +99,7 @@ def node_type(name: str | None) -> NodeType:
     bert = row.get("bert_samples_per_gpu")
     return NodeType(
         name=str(name), gpu=row.get("gpu"), gpus=row.get("gpus"), efa=row.get("efa"),
-        capacity_source=source_text(row.get("capacity_source", "")),
+        capacity_source=str(row.get("capacity_source", "")),
         bert_samples_per_gpu=Figure(float(bert["value"]), f"{name} table: {bert['source']}") if bert else None,
         busbw_floors=_floors(row.get("busbw_floors"), str(name)))
 

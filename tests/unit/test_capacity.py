@@ -20,7 +20,7 @@ def test_a_node_that_lost_a_gpu_fails_naming_it_and_what_it_advertises():
     check = check_advertised(nodes, GPU_RESOURCE, expected)
     assert check.status is Status.FAIL
     assert check.message.startswith("capacity: node ip-10-0-1-6 advertises 7 nvidia.com/gpu, expected 8 per node "
-                                    "(p4d.24xlarge table (Amazon EC2 instance types")
+                                    "(p4d.24xlarge table in harness/thresholds.yaml (source aws-ec2-specs))")
 
 
 def test_an_unknown_type_takes_the_most_advertised_not_the_fewest():
