@@ -87,3 +87,12 @@ def test_ranks_are_located_on_their_pods_and_nodes():
                                            3: ("j-1-def", "n1")}
     mpi = [pod("j-launcher", "n0"), pod("j-worker-1", "n1"), pod("j-worker-0", "n0")]
     assert rank_locations(mpi, 1) == {0: ("j-worker-0", "n0"), 1: ("j-worker-1", "n1")}
+
+
+def test_torchrun_pods_prefer_one_node_each_on_cpu_nodes_too():
+    """A straggler is named by node: two ranks on one CPU node would hide which node is slow."""
+    _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement("cpu", per_node=1))
+    pod = job["spec"]["template"]
+    (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
