@@ -15,13 +15,6 @@ The reference is the upper quartile of the ranks' values (the lower quartile for
 minority of slow ranks, up to three of five, cannot drag it down as they would drag a median;
 a rank is slow below STRAGGLER_FRACTION x the reference (for times: above reference /
 STRAGGLER_FRACTION). Slow ranks are grouped by node, with their pods, measured vs reference.
-
-A compute probe (`*_tflops`) names a rank only when the rank's compute time, where every rank
-reports one, is beyond its threshold too: two measurements of the same thing must agree. Measured
-on the shared 2-core development machine, two healthy ranks' 0.25 s matmul probes differed by up
-to 2x (ratio 0.51 in 8 pairs) while their compute times, taken by every rank at once, agreed
-within 1%; an injected slow node (the local cluster's SIGSTOP duty cycle) slows both. Without a
-compute time (allreduce, upstream formats) the probe decides alone.
 """
 
 from __future__ import annotations
@@ -37,7 +30,6 @@ from harness.metrics import RankMetrics
 RATE_SUFFIXES = {"_tflops": "TFLOP/s", "_gbps": "GB/s", "_per_s": "/s"}
 TIME_SUFFIXES = {"_ms": "ms", "_s": "s"}
 COMPUTE_TIME_KEY = "compute_ms_per_step"
-COMPUTE_PROBE_SUFFIX = "_tflops"  # a compute probe: its verdict is confirmed by the compute time
 MAX_NAMED = 4  # nodes and pods named in one message
 
 
@@ -120,60 +112,25 @@ def _by_node(slow: list[RankMetrics], compared: Compared, reference: float, thre
     return "straggler: " + "; ".join(parts) + more
 
 
-def _is_slow(rank: RankMetrics, compared: Compared, threshold: float) -> bool:
-    value = float(rank.values[compared.key])
-    return value < threshold if compared.higher_is_better else value > threshold
-
-
-@dataclass(frozen=True)
-class Corroboration:
-    """A second measurement of the same thing that must agree before a rank is named: the compute
-    time for the matmul probe (a short probe on a shared CPU is noisy; the compute time, measured by
-    every rank at once, is not)."""
-
-    compared: Compared
-    threshold: float
-
-
-def _unconfirmed(ranks: list[RankMetrics], compared: Compared, corroboration: Corroboration) -> str:
-    shown = ", ".join(f"rank {r.rank} {fmt(float(r.values[compared.key]))}" for r in ranks[:MAX_NAMED])
-    return (f"; below it but not confirmed by {corroboration.compared.key} (within its threshold "
-            f"{fmt(corroboration.threshold)}), so taken as measurement noise: {shown}")
-
-
-def check_straggler(ranks: list[RankMetrics], compared: Compared, fraction: float, verdict: Verdict,
-                    corroboration: Corroboration | None = None) -> Check:
+def check_straggler(ranks: list[RankMetrics], compared: Compared, fraction: float, verdict: Verdict) -> Check:
     """One key compared across every rank; the reference lines go to the verdict for the report."""
     name = f"straggler.{compared.key}"
     if len(ranks) < 2:
         return Check.not_applicable(name, f"{len(ranks)} rank: no other rank to compare with")
     if missing := _unreported(ranks, compared.key):
         return Check.failed(name, f"stragglers cannot be judged on {compared.key}: " + "; ".join(missing[:MAX_NAMED]))
-    reference, threshold, how = _reference([float(r.values[compared.key]) for r in ranks],
-                                           compared.higher_is_better, fraction)
+    values = [float(r.values[compared.key]) for r in ranks]
+    reference, threshold, how = _reference(values, compared.higher_is_better, fraction)
     verdict.references[compared.key] = {"reference": reference, "threshold": threshold, "how": how}
-    slow = [r for r in ranks if _is_slow(r, compared, threshold)]
-    unconfirmed: list[RankMetrics] = []
-    if corroboration is not None:
-        unconfirmed = [r for r in slow if not _is_slow(r, corroboration.compared, corroboration.threshold)]
-        slow = [r for r in slow if r not in unconfirmed]
+    slow = [r for r in ranks if (float(r.values[compared.key]) < threshold if compared.higher_is_better
+                                 else float(r.values[compared.key]) > threshold)]
     if not slow:
-        noise = _unconfirmed(unconfirmed, compared, corroboration) if unconfirmed and corroboration else ""
         return Check.passed(name, f"{compared.key} of all {len(ranks)} ranks within {fraction:g} of the reference "
-                                  f"{fmt(reference)} {compared.unit} ({how}){noise}")
+                                  f"{fmt(reference)} {compared.unit} ({how})")
     verdict.slow_ranks.update(r.rank for r in slow)
     worst = (min if compared.higher_is_better else max)(float(r.values[compared.key]) for r in slow)
     return Check(name, Status.FAIL, _by_node(slow, compared, reference, threshold, how),
                  measured=worst, expected=threshold, unit=compared.unit, threshold=True)
-
-
-def _corroboration(ranks: list[RankMetrics], fraction: float) -> Corroboration | None:
-    """The compute time's threshold, when every rank reported one (else the probe decides alone)."""
-    compute = Compared(COMPUTE_TIME_KEY, "ms", higher_is_better=False)
-    if len(ranks) < 2 or _unreported(ranks, COMPUTE_TIME_KEY):
-        return None
-    _, threshold, _ = _reference([float(r.values[COMPUTE_TIME_KEY]) for r in ranks], False, fraction)
-    return Corroboration(compute, threshold)
 
 
 def probes_reported(ranks: list[RankMetrics]) -> list[Compared]:
@@ -195,14 +152,14 @@ def judge_stragglers(ranks: list[RankMetrics], throughput: Compared | None, frac
         message = "the workload reported no compute probe (probe_* keys)"
         verdict.add(Check.failed("straggler.probe", message) if probe_required and ranks else
                     Check.not_applicable("straggler.probe", "this log format carries no compute probe"))
-    corroboration = _corroboration(ranks, fraction)
-    for probe in probes:
-        confirm = corroboration if probe.key.endswith(COMPUTE_PROBE_SUFFIX) else None
-        verdict.add(check_straggler(ranks, probe, fraction, verdict, confirm))
+    compared = [*probes]
     if any(COMPUTE_TIME_KEY in r.values for r in ranks):
-        verdict.add(check_straggler(ranks, Compared(COMPUTE_TIME_KEY, "ms", higher_is_better=False), fraction, verdict))
+        compared.append(Compared(COMPUTE_TIME_KEY, "ms", higher_is_better=False))
     else:
-        verdict.add(Check.not_applicable(f"straggler.{COMPUTE_TIME_KEY}", "the logs report no per-rank compute time"))
+        verdict.add(Check.not_applicable(f"straggler.{COMPUTE_TIME_KEY}",
+                                         "the logs report no per-rank compute time"))
     if throughput is not None:
-        verdict.add(check_straggler(ranks, throughput, fraction, verdict))
+        compared.append(throughput)
+    for item in compared:
+        verdict.add(check_straggler(ranks, item, fraction, verdict))
     return verdict
