@@ -9,7 +9,8 @@ are therefore compared on what no collective can slow down: the workloads' compu
 Which keys are compared: `probe_*` keys ending in a rate (`_tflops`, `_gbps`, `_per_s`: higher is
 better) or a time (`_ms`, `_s`: lower is better); other probe keys describe the probe
 (`probe_matmul_n`, `probe_seconds`) and are not compared. `compute_ms_per_step` (lower is better)
-and the workload's throughput key (higher is better).
+when a step's compute time is long enough to measure (MIN_COMPARED_COMPUTE_MS), and the workload's
+throughput key (higher is better).
 
 The reference is the upper quartile of the ranks' values (the lower quartile for times), so a
 minority of slow ranks, up to three of five, cannot drag it down as they would drag a median;
@@ -30,6 +31,10 @@ from harness.metrics import RankMetrics
 RATE_SUFFIXES = {"_tflops": "TFLOP/s", "_gbps": "GB/s", "_per_s": "/s"}
 TIME_SUFFIXES = {"_ms": "ms", "_s": "s"}
 COMPUTE_TIME_KEY = "compute_ms_per_step"
+# The workloads time 3 steps (workloads/probe.py); below 100 ms a step, that window is a few of a
+# time-shared CPU's scheduling periods, and healthy ranks differed up to 4.9x (7 vs 34 ms) on the
+# local cluster: the compute time is compared only from this reference up (the probe always is).
+MIN_COMPARED_COMPUTE_MS = 100.0
 MAX_NAMED = 4  # nodes and pods named in one message
 
 
@@ -153,13 +158,26 @@ def judge_stragglers(ranks: list[RankMetrics], throughput: Compared | None, frac
         verdict.add(Check.failed("straggler.probe", message) if probe_required and ranks else
                     Check.not_applicable("straggler.probe", "this log format carries no compute probe"))
     compared = [*probes]
-    if any(COMPUTE_TIME_KEY in r.values for r in ranks):
+    if (too_short := _compute_time_too_short(ranks)) is None:
         compared.append(Compared(COMPUTE_TIME_KEY, "ms", higher_is_better=False))
     else:
-        verdict.add(Check.not_applicable(f"straggler.{COMPUTE_TIME_KEY}",
-                                         "the logs report no per-rank compute time"))
+        verdict.add(Check.not_applicable(f"straggler.{COMPUTE_TIME_KEY}", too_short))
     if throughput is not None:
         compared.append(throughput)
     for item in compared:
         verdict.add(check_straggler(ranks, item, fraction, verdict))
     return verdict
+
+
+def _compute_time_too_short(ranks: list[RankMetrics]) -> str | None:
+    """Why the compute time is not compared (none reported, or too short to measure), else None."""
+    if not any(COMPUTE_TIME_KEY in r.values for r in ranks):
+        return "the logs report no per-rank compute time"
+    times = sorted(float(v) for r in ranks if isinstance(v := r.values.get(COMPUTE_TIME_KEY), int | float)
+                   and not isinstance(v, bool) and math.isfinite(v))
+    if len(times) == len(ranks) and len(times) >= 2:
+        reference = statistics.quantiles(times, n=4, method="inclusive")[0]
+        if reference < MIN_COMPARED_COMPUTE_MS:
+            return (f"a step's compute time ({fmt(times[0])}-{fmt(times[-1])} ms) is too short to compare "
+                    f"ranks (from a reference of {MIN_COMPARED_COMPUTE_MS:g} ms up); the probe is compared")
+    return None

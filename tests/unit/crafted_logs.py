@@ -22,7 +22,7 @@ def metrics_record(rank: int, world_size: int, workload: str = "bert", gpus_per_
         "steps_requested": 20, "steps_completed": 20, "loss_first": 5.3, "loss_last": 3.1,
         throughput_key: 120.0 + (rank % 3) * 0.5, "probe_matmul_tflops": 250.0 + rank % 4,
         "probe_matmul_n": 8192, "probe_matmul_dtype": "bfloat16", "probe_seconds": 0.26,
-        "probe_h2d_gbps": 50.0, "compute_ms_per_step": 40.0 + rank % 2, "params_checksum": -1234.5678,
+        "probe_h2d_gbps": 50.0, "compute_ms_per_step": 140.0 + rank % 2, "params_checksum": -1234.5678,
         "nonfinite": [],
     }
     if workload == "allreduce":

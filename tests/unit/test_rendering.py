@@ -96,3 +96,11 @@ def test_torchrun_pods_prefer_one_node_each_on_cpu_nodes_too():
     (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_cpu_processes_use_the_one_cpu_they_request():
+    _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement("cpu", per_node=1))
+    assert env_of(container(job))["OMP_NUM_THREADS"] == "1"
+    assert container(job)["resources"] == {"requests": {"cpu": "1"}}
+    _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement())
+    assert "OMP_NUM_THREADS" not in env_of(container(job))
