@@ -197,3 +197,23 @@ def choice(*options: str) -> Callable[[str], str]:
 def parse_text(text: str) -> str:
     """Any text."""
     return text
+
+
+_BYTE_SIZE = re.compile(r"(\d{1,15})([KMGT]?)", re.IGNORECASE | re.ASCII)
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """A message size as nccl-tests' `-e` takes it: `8`, `2G`, `16G` (K/M/G/T are powers of 1024)."""
+    match = _BYTE_SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(text)
+    return int(match[1]) * _BYTE_UNITS[match[2].upper()]
+
+
+def format_bytes(size: float) -> str:
+    """A size in the largest binary unit that divides it: `16 GiB`, `128 MiB`, `8 B`, `1.5 GiB`."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size:g} B"

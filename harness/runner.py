@@ -26,7 +26,7 @@ from harness import __version__
 from harness.artifacts import add_metadata, ensure_writable
 from harness.cancel import CancelToken
 from harness.cli import parse_args, wants_help
-from harness.config import Config, Origin, Resolved, Source, fallback_artifacts, properties, report_lines, resolve
+from harness.config import Config, Resolved, fallback_artifacts, properties, report_lines, resolve
 from harness.errors import ClusterError, ConfigError, HarnessError, TestFailure, UsageError
 from harness.junit import CaseResult, Outcome, write_junit
 from harness.parsers import format_duration
@@ -273,13 +273,7 @@ class Runner:
         return EXIT_FAIL if failed else EXIT_PASS
 
     def _resolved(self) -> dict[str, Resolved]:
-        """The configuration with what discovery found in place of what was left to it."""
-        shown = self.cfg.resolved()
-        if self.session.topology is not None:
-            shown.update(self.session.topology.resolved())
-        if self.session.server_version is not None:
-            shown["server_version"] = Resolved(self.session.server_version, Origin(Source.DISCOVERED, "/version"))
-        return shown
+        return self.session.resolved()
 
     def _properties(self) -> dict[str, str]:
         props = {"tester-version": __version__, **properties(self._resolved()), **self.session.properties}
@@ -298,7 +292,10 @@ class Runner:
         sys.stdout.flush()
 
     def _not_run(self, name: str, reason: str) -> None:
-        self.session.results.append(CaseResult(name, Outcome.SKIP, 0.0, reason))
+        context = TestContext(self.session, name)
+        context.result = CaseResult(name, Outcome.SKIP, 0.0, reason)
+        self.session.results.append(context.result)
+        context.write_result()
         self.session.output.ended("SKIP", name, 0.0, 0)
 
     def _failed(self) -> bool:

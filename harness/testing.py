@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.artifacts import folder_of_test
 from harness.cancel import CancelToken
-from harness.config import Config, Verbosity
+from harness.config import Config, Origin, Resolved, Source, Verbosity
 from harness.errors import HarnessError, SkipTest, TestFailure
 from harness.junit import CaseResult, Outcome
+from harness.results import CANNED, MIXED, TestRecord, result_document, utc_now, write_result
 from harness.suite import Feature, Selector, TestFunc
 
 if TYPE_CHECKING:
@@ -98,6 +100,15 @@ class Session:
     # Facts about the run for the JUnit <testsuite> properties (add-ons installed, removed).
     properties: dict[str, str] = field(default_factory=dict)
 
+    def resolved(self) -> dict[str, Resolved]:
+        """The configuration with what discovery found in place of what was left to it."""
+        shown = self.cfg.resolved()
+        if self.topology is not None:
+            shown.update(self.topology.resolved())
+        if self.server_version is not None:
+            shown["server_version"] = Resolved(self.server_version, Origin(Source.DISCOVERED, "/version"))
+        return shown
+
 
 class TestContext:
     """The `t` a test function receives."""
@@ -111,6 +122,8 @@ class TestContext:
         self.instance = instance or name
         self.depth = depth
         self.result = CaseResult(name)
+        # What result.json holds beyond the outcome: pods, events, checks, metrics (harness/results.py).
+        self.record = TestRecord()
         self._cleanups = ExitStack()
         self._log_lines: list[str] = []
         # Parts of <system-out>, joined once when the test ends (appending to one string copied
@@ -154,10 +167,10 @@ class TestContext:
 
     @property
     def artifacts_dir(self) -> Path:
-        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>; a repeated test: <TestX>#01)."""
+        """$ARTIFACTS/<binary>/<TestX>/ (subtests: <TestX>/<sub>; a repeated test: <TestX>_01), by
+        harness.artifacts.folder_of_test's rule."""
         if self._artifacts_dir is None:
-            safe = re.sub(r"[^A-Za-z0-9_./#-]", "_", self.instance)
-            self._artifacts_dir = self.session.artifacts / self.session.binary / safe
+            self._artifacts_dir = self.session.artifacts / self.session.binary / folder_of_test(self.instance)
             self._artifacts_dir.mkdir(parents=True, exist_ok=True)
         return self._artifacts_dir
 
@@ -220,6 +233,7 @@ class TestContext:
         suffix = self.instance[len(self.name):]
         child = TestContext(self.session, full, self.depth + 1, full + suffix)
         child.execute(func)
+        self.record.child_executions.add(child.record.execution())
         if child.failed:
             if self.result.outcome is Outcome.PASS:
                 self.result.outcome = Outcome.FAIL
@@ -249,6 +263,8 @@ class TestContext:
             self.session.running.pop(self.name, None)
             self.result.elapsed = time.monotonic() - started
             self.result.system_out = "".join(self._output_parts)
+            self.result.properties["execution"] = self.record.execution()
+            self.write_result()
             self._report()
         return self.result
 
@@ -285,11 +301,22 @@ class TestContext:
         self._record(Outcome.FAIL, f"the test exited the process with status {exc.code}")
         raise exc
 
+    def write_result(self) -> None:
+        """result.json in the test's folder; a failure to write it is logged, never raised (JUnit is
+        still written)."""
+        try:
+            document = result_document(self.session.binary, self.result, self.record, self.session.resolved())
+            write_result(self.artifacts_dir / "result.json", document)
+        except (OSError, ValueError) as exc:
+            self.logf("cannot write result.json: %s: %s", type(exc).__name__, exc)
+
     def _record(self, outcome: Outcome, message: str, detail: str = "") -> None:
         if self.failed and outcome is not Outcome.SKIP:
             # Keep the first failure (a subtest's), add this one to the detail.
             self.result.detail += f"\n{message}\n{detail}"
             return
+        if outcome in (Outcome.FAIL, Outcome.ERROR):
+            self.record.failed_at = utc_now()
         self.result.outcome, self.result.message = outcome, message.splitlines()[0] if message else ""
         self.result.detail = f"{message}\n{detail}".strip()
         self.logf("%s", message)
@@ -297,7 +324,14 @@ class TestContext:
     def _report(self) -> None:
         out = self.session.output
         verdict = self.result.outcome.value if self.result.outcome is not Outcome.ERROR else "FAIL"
+        execution = self.result.properties.get("execution")
+        canned = (f"execution={execution}: the local cluster served canned pod logs, not a real run"
+                  if execution in (CANNED, MIXED) else None)
+        if canned and out.verbose:
+            self.logf("%s", canned)  # a log line of the test, before its --- line (test2json too)
         out.ended(verdict, self.name, self.result.elapsed, self.depth)
+        if canned and not out.verbose:
+            out.emit("    " * (self.depth + 1) + canned)
         if not out.verbose and self.failed:
             for line in self._log_lines:
                 out.emit(line)

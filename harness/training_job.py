@@ -12,6 +12,7 @@ from harness.addons import ensure_launcher_api
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
 from harness.errors import JobFailed, WaitTimeout
+from harness.exit_after_training import explain as explain_exit
 from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
@@ -22,6 +23,7 @@ from harness.metrics import WorkloadMetrics
 from harness.namespaces import namespace_for
 from harness.pods import describe_pod
 from harness.resources import EVENT, POD, Obj
+from harness.results import event_entry
 from harness.testing import TestContext
 from harness.wait import Condition, wait_for
 from harness.watch import ChangeCursor, ClusterState
@@ -114,8 +116,12 @@ class TrainingJob:
         explained = self.launcher.explain_failure(str(exc), self.pods_seen, captured, locations)
         if explained is not None:
             return explained
-        tail = last_lines(captured, exc.pod) if exc.pod else ""
-        return f"{exc}\n{tail}".rstrip()
+        message, tail = str(exc), ""
+        if exc.pod:  # a rank that trained and then died on the way out is said to have done so
+            blamed = [entry for entry in captured if entry.pod == exc.pod]
+            message = explain_exit(message, blamed, self.pods_seen.get(exc.pod))
+            tail = last_lines(captured, exc.pod)
+        return f"{message}\n{tail}".rstrip()
 
     def _report_runs(self) -> None:
         """The owner's runs and failed runs (the MPI launcher's), as properties and, if any
@@ -163,6 +169,7 @@ class TrainingJob:
             pods = self.pods()
             self.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
             self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, self.t.artifacts_dir / "logs")
+            self.t.record.add_pods(self.pods_seen.values(), self._captured, self.t.artifacts_dir)
             for entry in self._captured:
                 self.t.attach_output(entry.header + "\n" + entry.excerpt(JUNIT_LOG_HEAD, JUNIT_LOG_TAIL))
             self.t.print_verbose(console_text(self._captured, self.workload.job_name, self.heading, JUNIT_LOG_HEAD,
@@ -193,6 +200,7 @@ class TrainingJob:
 
     def _save_events(self) -> None:
         events = self.t.cluster.list(EVENT, self.namespace).get("items", [])
+        self.t.record.events = [event_entry(e) for e in events]
         lines = [f"{e.get('lastTimestamp') or e.get('eventTime') or ''} {e.get('type', '')} "
                  f"{e.get('involvedObject', {}).get('kind', '')}/{e.get('involvedObject', {}).get('name', '')} "
                  f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]

@@ -13,22 +13,19 @@ import re
 import sys
 from dataclasses import dataclass
 
+from harness.bandwidth import judge_busbw, sweep_max_bytes
+from harness.capacity import check_gpus_seen, judge_advertised
+from harness.checks import Check, Verdict
 from harness.errors import TestFailure
 from harness.launchers import Workload
 from harness.logs import CapturedLog
+from harness.measurements import record_verdict, training_verdict
 from harness.metrics import read_lines
 from harness.runner import main as run_suite
 from harness.suite import Feature, Suite, TestFunc
 from harness.testing import TestContext
 from harness.training_job import TrainingJob, launch
-from harness.verdict import (
-    Threshold,
-    check_advertised_gpus,
-    check_all_ranks_reported,
-    check_busbw,
-    check_gpus_seen,
-    threshold,
-)
+from harness.verdict import check_parse
 
 # With EFA on RDMA-capable instance types NCCL must use Libfabric with GPUDirect RDMA.
 EFA_GDRDMA = re.compile(r"\[send\] via NET/.*Libfabric/.*/GDRDMA")
@@ -53,34 +50,21 @@ def require_gpus(t: TestContext) -> None:
         t.skip(f"{t.name} needs NVIDIA GPUs (ACCELERATOR=cpu)")
 
 
-def busbw_floor(t: TestContext) -> Threshold:
-    """NCCL_TESTS_MIN_BW, else the node type's table row; recorded as a JUnit property."""
-    floor = threshold(t.cfg.min_busbw, "NCCL_TESTS_MIN_BW", t.topology.node_type, "busbw_gbps")
-    t.property("busbw.expected_gbps", floor.value if floor.value is not None else "none")
-    return floor
-
-
-def judge_busbw(t: TestContext, operation: str, measured: float | None) -> None:
-    """The one place a sweep's bus bandwidth is judged. Floors exist for all-reduce only (the table's
-    busbw_gbps); other collectives are reported with no floor until one is sourced."""
-    if operation == "all_reduce_perf":
-        check_busbw(measured, busbw_floor(t))
-        return
-    t.property("busbw.expected_gbps", f"none: no sourced floor for {operation}")
-    check_busbw(measured, Threshold(None, f"no floor for {operation}"))
-
-
 @SUITE.test("TestNCCLAllReduce", labels=GPU, assessments=("bus bandwidth",))
 def test_nccl_allreduce(t: TestContext) -> None:
     """torch.distributed all-reduce sweep across all nodes and GPUs; bus bandwidth checked."""
     size = "tiny" if t.cfg.accelerator == "cpu" else "default"
-    job = launch(t, Workload("nccl-allreduce", "workloads.allreduce", ("--size", size)))
+    nodes = t.topology.node_count
+    # Up to where the node type's bandwidth floor was measured (the verdict judges that size).
+    needed = sweep_max_bytes(t.topology.node_type, nodes, "allreduce")
+    sweep = ("--max-bytes", needed) if needed else ()
+    job = launch(t, Workload("nccl-allreduce", "workloads.allreduce", ("--size", size, *sweep)))
     job.wait_succeeded()
     metrics = job.metrics()
     job.report(metrics)
-    check_all_ranks_reported(metrics, job.world_size)
-    busbw = [r.values["busbw_avg"] for r in metrics.ranks if r.values.get("busbw_avg") is not None]
-    judge_busbw(t, "all_reduce_perf", min(busbw) if busbw else None)
+    verdict, meta = training_verdict(t, metrics, job.world_size, "allreduce")
+    verdict.extend(judge_busbw("allreduce", metrics.sweep, t.topology.node_type, job.node_count, t.cfg.min_busbw))
+    record_verdict(t, verdict, metrics, meta)
 
 
 def used_gdrdma(logs: list[CapturedLog]) -> bool:
@@ -116,15 +100,21 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
     job.wait_succeeded()
     metrics = job.metrics()
     job.report(metrics)
-    values = metrics.ranks[0].values if metrics.ranks else {}
-    if values.get("out_of_bounds"):
-        raise TestFailure(f"nccl-tests: {values['out_of_bounds']} out-of-bounds values (wrong results)")
-    judge_busbw(t, sweep.operation, values.get("busbw_avg"))
+    nodes = sweep.nodes or t.topology.node_count
+    verdict = Verdict([check_parse(metrics)])
+    verdict.extend(judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw))
     if efa and sweep.requires_gdrdma:
-        if not used_gdrdma(job.capture_logs()):
-            raise TestFailure(f"nccl-tests: EFA is enabled on {t.topology.node_type} but NCCL did not use "
-                              f"Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
-        t.property("efa.gdrdma", "true")
+        verdict.add(check_gdrdma(t, job.capture_logs()))
+    record_verdict(t, verdict, metrics)
+
+
+def check_gdrdma(t: TestContext, logs: list[CapturedLog]) -> Check:
+    """With EFA on an RDMA-capable type, NCCL sends over Libfabric with GPUDirect RDMA."""
+    if not used_gdrdma(logs):
+        return Check.failed("efa.gdrdma", f"nccl-tests: EFA is enabled on {t.topology.node_type} but NCCL did not "
+                                          f"use Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
+    t.property("efa.gdrdma", "true")
+    return Check.passed("efa.gdrdma", "NCCL sent over Libfabric with GPUDirect RDMA")
 
 
 def ours_nccl(nodes: str) -> TestFunc:
@@ -137,8 +127,10 @@ def ours_nccl(nodes: str) -> TestFunc:
             t.skip("one node: the multi-node variant needs at least 2")
         rdma = bool(RDMA_CAPABLE_TYPES.match(t.topology.node_type))
         t.logf("nccl-tests all_reduce_perf on %d node(s)", count)
-        run_nccl_tests(t, NcclSweep("all_reduce_perf", f"nccl-tests-{count}n", count, "2G" if count == 1 else "16G",
-                                    8 * 1024 * 1024, rdma))
+        # Far enough to reach the size the node type's floor was measured at (harness/bandwidth.py).
+        max_bytes = sweep_max_bytes(t.topology.node_type, count, "all_reduce_perf") or ("2G" if count == 1 else "16G")
+        run_nccl_tests(t, NcclSweep("all_reduce_perf", f"nccl-tests-{count}n", count, max_bytes, 8 * 1024 * 1024,
+                                    rdma))
 
     return run
 
@@ -366,18 +358,19 @@ def gpus_listed(log: CapturedLog) -> int:
 
 @SUITE.test("TestGPUCapacity", labels=GPU, assessments=("GPUs seen",))
 def test_gpu_capacity(t: TestContext) -> None:
-    """Every node advertises the expected GPUs, and a pod on each node sees them all."""
+    """Every node advertises the GPUs (and EFA devices) its type should have (harness/capacity.py:
+    the table, else the most any node advertises; GPUS_PER_NODE wins), and a pod on each node sees
+    them all."""
     if t.cfg.accelerator == "cpu":
         t.skip("no GPUs to check with ACCELERATOR=cpu")
-    expected = t.topology.gpus_per_node
-    check_advertised_gpus(t.topology.nodes, expected)
+    record_verdict(t, judge_advertised(t.topology))
     listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=t.cfg.nccl_tests_image,
                                  launcher="per-node"))
     listing.wait_succeeded()
     seen = [(log.pod, log.node, gpus_listed(log)) for log in listing.capture_logs()]
     for _, node, count in seen:
         t.property(f"node.{node}.gpus_seen", count)
-    check_gpus_seen(seen, expected)
+    record_verdict(t, Verdict([check_gpus_seen(seen, t.topology.gpus_per_node)]))
 
 
 def main() -> None:

@@ -11,19 +11,13 @@ from harness.config import Config
 from harness.errors import TestFailure
 from harness.launchers import Workload
 from harness.logs import Heading
+from harness.measurements import assess_training
 from harness.metrics import WorkloadMetrics
 from harness.resources import POD
 from harness.runner import main as run_suite
 from harness.suite import Suite
 from harness.testing import TestContext
 from harness.training_job import TrainingJob, launch
-from harness.verdict import (
-    check_all_ranks_reported,
-    check_loss_decreased,
-    check_minimum,
-    check_stragglers,
-    threshold,
-)
 
 SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluster: each test launches a workload "
               "across the configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.",
@@ -46,13 +40,12 @@ def workload_size(cfg: Config, workload: str) -> str:
     return SIZES[workload][size]
 
 
-def assess_training(t: TestContext, job: TrainingJob, throughput_key: str, unit: str) -> WorkloadMetrics:
-    """The shared verdict: every rank reported, loss decreased, no straggler."""
+def assess(t: TestContext, job: TrainingJob, workload: str) -> WorkloadMetrics:
+    """The shared verdict (harness.verdict.judge_training): every check recorded, the first failing one
+    fails the test."""
     metrics = job.metrics()
     job.report(metrics)
-    check_all_ranks_reported(metrics, job.world_size)
-    check_loss_decreased(metrics)
-    check_stragglers(metrics, throughput_key, t.cfg.straggler_fraction, unit)
+    assess_training(t, metrics, job.world_size, workload)
     return metrics
 
 
@@ -67,13 +60,11 @@ def bert_workload(cfg: Config) -> Workload:
 
 @SUITE.test("TestBertTraining", feature="bert-training", labels=GPU, assessments=("BERT training Job succeeds",))
 def test_bert_training(t: TestContext) -> None:
-    """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank."""
+    """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank and against
+    the node type's minimum."""
     job = launch(t, bert_workload(t.cfg), Heading.LOGS_FROM_POD)
     job.wait_succeeded()
-    metrics = assess_training(t, job, "throughput", "samples/s")
-    minimum = threshold(t.cfg.min_throughput_per_gpu, "MIN_THROUGHPUT_PER_GPU", t.topology.node_type,
-                        "bert_samples_per_gpu")
-    check_minimum(metrics, "throughput", minimum.value, "samples/s", minimum.source)
+    assess(t, job, "bert")
 
 
 @SUITE.test("TestNanoGPTTraining", labels=GPU, assessments=("training succeeds",))
@@ -84,7 +75,7 @@ def test_nanogpt_training(t: TestContext) -> None:
     job = launch(t, Workload("nanogpt-training", "workloads.nanogpt",
                              ("--size", workload_size(t.cfg, "nanogpt"), *compile_flag)))
     job.wait_succeeded()
-    assess_training(t, job, "tokens_per_s", "tokens/s")
+    assess(t, job, "nanogpt")
 
 
 @SUITE.test("TestMNISTTraining", labels=GPU, assessments=("training succeeds",))
@@ -92,7 +83,7 @@ def test_mnist_training(t: TestContext) -> None:
     """The SMDDP MNIST CNN with Lightning's DDPStrategy (nccl on GPU, gloo on CPU)."""
     job = launch(t, Workload("mnist-training", "workloads.mnist", ("--size", workload_size(t.cfg, "mnist"))))
     job.wait_succeeded()
-    assess_training(t, job, "samples_per_s", "samples/s")
+    assess(t, job, "mnist")
 
 
 CHECKPOINT_EVERY = 5
@@ -125,7 +116,7 @@ def test_elastic_recovery(t: TestContext) -> None:
     t.cluster.delete(POD, victim["metadata"]["name"], job.namespace)
     t.property("elastic.deleted_pod", victim["metadata"]["name"])
     job.wait_succeeded()
-    metrics = assess_training(t, job, "tokens_per_s", "tokens/s")
+    metrics = assess(t, job, "nanogpt")
     resumed = [r.values.get("resumed_from_step") for r in metrics.ranks]
     restarts = max(int(r.values.get("restart_count") or 0) for r in metrics.ranks)
     t.property("elastic.restart_count", restarts)

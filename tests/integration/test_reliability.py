@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
 # Canned (kwok's stages keep the pods running): real BERT would take minutes on 2 cores.
-CANNED = f"{INJECT}canned-log=bert-mpirun-32ranks"
+CANNED = f"{INJECT}canned-log=bert-mpirun-2ranks"
 LONG_RUNNING = f"{INJECT}run-duration=10m,{CANNED}"
 
 

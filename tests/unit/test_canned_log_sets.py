@@ -39,9 +39,10 @@ def test_every_canned_file_of_the_set_says_it_is_canned_or_is_a_known_fixture():
 
 def test_the_nccl_tables_parse_for_every_collective():
     for job in ("multi-node-all-reduce-perf", "multi-node-all-gather-perf", "multi-node-alltoall-perf"):
-        (rank,) = combine([scan_lines(lines_of(job, "launcher"), job)]).ranks
-        assert rank.values["busbw_avg"] > 0 and rank.values["out_of_bounds"] == 0
-        assert rank.values["max_bytes"] == 16 * 2**30
+        sweep = combine([scan_lines(lines_of(job, "launcher"), job)]).sweep
+        assert sweep is not None and sweep.average is not None and sweep.average > 0
+        assert sweep.out_of_bounds == 0 and sweep.max_size == 16 * 2**30
+        assert all(row.out_of_place.busbw > 0 for row in sweep.rows if row.size >= 2**20)
         assert any(e2e_nvidia.EFA_GDRDMA.search(line) for line in lines_of(job, "launcher"))
 
 

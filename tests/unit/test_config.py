@@ -168,3 +168,13 @@ def test_resolved_values_have_the_declared_types():
                       ["--efaEnabled", "--test.timeout=1h"])
     assert (cfg.node_count, cfg.job_timeout, cfg.test_timeout) == (2, 300.0, 3600.0)
     assert cfg.pod_annotations == {"a": "1"} and cfg.keep_resources is True and cfg.efa_enabled is True
+
+
+def test_nccl_tests_min_bw_is_read_by_the_harness_not_passed_to_pods(monkeypatch):
+    """nccl-tests would judge it on the sweep's average and fail a healthy cluster (harness/bandwidth.py)."""
+    from harness.config import pod_environment_passthrough
+
+    monkeypatch.setenv("NCCL_TESTS_MIN_BW", "400")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    passed = pod_environment_passthrough()
+    assert passed.get("NCCL_DEBUG") == "INFO" and "NCCL_TESTS_MIN_BW" not in passed
