@@ -82,10 +82,6 @@ def test_a_real_run_is_labelled_real_and_judged_on_its_probe(cluster: LocalClust
     assert again.returncode == 0, again.stdout + again.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the node agent's duty cycle stops the container's session only, and torchrun starts each worker in a "
-    "session of its own (torch's SubprocessHandler: start_new_session=True), so the ranks are not slowed "
-    "(hack/local_cluster/slow_nodes.py, sessions.members_of_sessions); strict: passes once they are"))
 def test_a_slow_node_is_named_by_the_straggler_verdict(default_nodes: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
     default_nodes.set_node_slow(SLOW_NODE, SLOW_FRACTION)
