@@ -9,18 +9,27 @@ them and name the slow one.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+
+from workloads.distributed import EnvError
 
 # Square matmul sizes: large enough to be compute-bound, small enough that the probe stays short.
 # CPU fp32 at 512: ~7 ms per product on one core (torchrun gives each rank one thread).
 # GPU bf16 at 8192: ~1.1 TFLOP per product, ~2 ms on an H100.
 MATMUL_N = {"cpu": 512, "cuda": 8192}
-MATMUL_SECONDS = 0.25  # time spent in timed products (the probe's cost, plus warm-up)
+# Time spent in timed products (the probe's cost, plus warm-up), unless KT2T_PROBE_SECONDS says
+# otherwise. Two ranks probing at once on a shared, busy 2-core machine measured ratios down to 0.51
+# at 0.25 s, 0.63 at 1 s and 0.89 at 2 s between healthy ranks, against a straggler threshold of
+# 0.7 (STRAGGLER_FRACTION): a short probe would name healthy ranks. The local cluster's slow node
+# stops processes in 100 ms windows, which a probe must span many of.
+MATMUL_SECONDS = 2.0
+PROBE_SECONDS_VARIABLE = "KT2T_PROBE_SECONDS"
 MATMUL_WARMUP = 2
 H2D_BYTES = 64 << 20  # one pinned copy: ~1.3 ms on PCIe 5 x16; pinned blocks stay cached, so keep it small
 H2D_COPIES = 20
@@ -79,10 +88,24 @@ def h2d_gbps(device: torch.device) -> float:
     return H2D_BYTES * H2D_COPIES / (time.perf_counter() - start) / 1e9
 
 
+def probe_seconds(env: Mapping[str, str] | None = None) -> float:
+    """KT2T_PROBE_SECONDS (a number > 0), else MATMUL_SECONDS."""
+    raw = (os.environ if env is None else env).get(PROBE_SECONDS_VARIABLE, "")
+    if raw == "":
+        return MATMUL_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise EnvError(f"{PROBE_SECONDS_VARIABLE}={raw!r} must be a number of seconds > 0")
+    return seconds
+
+
 def compute_probe(device: torch.device) -> dict[str, float | int | str]:
     """The probe record for this rank: matmul TFLOPS everywhere, H2D bandwidth on GPUs only."""
     start = time.perf_counter()
-    record = matmul_tflops(device)
+    record = matmul_tflops(device, probe_seconds())
     if device.type == "cuda":
         record["probe_h2d_gbps"] = h2d_gbps(device)
     record["probe_seconds"] = time.perf_counter() - start
