@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from harness.config import Origin
 from harness.errors import ConfigError
@@ -64,3 +65,20 @@ def add_metadata(artifacts: Path, entries: dict[str, str]) -> None:
             merged[key] = value
     if merged != existing:
         write_atomically(path, (json.dumps(merged, indent=2, sort_keys=True) + "\n").encode())
+
+
+_UNSAFE_IN_FOLDER = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def folder_of_test(name: str) -> PurePosixPath:
+    """The folder of a test or subtest under `$ARTIFACTS/<binary>/` (docs/ARTIFACTS.md states the rule):
+    each `/`-separated part of the Go-style name is one folder level; in a part, every character
+    other than an ASCII letter, digit, `_`, `-` or `.` becomes `_` (upstream's
+    `multi-node:all_reduce_perf` -> `multi-node_all_reduce_perf`); a part that is empty or only
+    dots gets a `_` in front (never `.` or `..`). Two names can meet in one folder (`a:b`, `a_b`):
+    result.json's `test` holds the exact name."""
+    parts = []
+    for part in name.split("/"):
+        safe = _UNSAFE_IN_FOLDER.sub("_", part)
+        parts.append(f"_{safe}" if safe.strip(".") == "" else safe)
+    return PurePosixPath(*parts)

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.config import E2E_FRAMEWORK, GO_TEST, SETTINGS, SETTINGS_BY_FLAG, TRAINING, Setting, format_value
+from harness.config import (
+    E2E_FRAMEWORK,
+    GO_TEST,
+    KLOG,
+    NO_EFFECT_SETTINGS,
+    SETTINGS,
+    SETTINGS_BY_FLAG,
+    TRAINING,
+    Setting,
+    format_value,
+)
 from harness.errors import UsageError
 
 HELP_FLAGS = frozenset({"-h", "--h", "-help", "--help"})
@@ -59,7 +69,8 @@ def parse_args(argv: Sequence[str]) -> FlagValues:
 
 GROUP_TITLES = {GO_TEST: "Go test flags (-x v, -x=v and --x=v all work)",
                 TRAINING: "Configuration (flag > env > discovered from the cluster > default)",
-                E2E_FRAMEWORK: E2E_FRAMEWORK}
+                E2E_FRAMEWORK: "e2e-framework flags (features are the subtests of upstream's tests)",
+                KLOG: "klog flags"}
 
 
 def _describe(setting: Setting) -> list[str]:
@@ -75,16 +86,17 @@ def _describe(setting: Setting) -> list[str]:
 
 
 def usage(binary: str, summary: str, tests: Sequence[str]) -> str:
-    """The usage text, generated from the settings."""
-    lines = [f"Usage: {binary} [flags]", "", summary, "", "Tests:"]
+    """The usage text, generated from the settings; `tests` are lines naming the tests and features."""
+    lines = [f"Usage: {binary} [flags]", "", summary, "", "Tests (and their features, with labels):"]
     lines += [f"  {name}" for name in tests]
     for group, title in GROUP_TITLES.items():
         lines += ["", title + ":"]
-        for setting in SETTINGS:
+        for setting in SETTINGS + NO_EFFECT_SETTINGS:
             if setting.group == group:
                 lines += _describe(setting)
-    lines += ["", "Exit status: 0 all tests passed or skipped, 1 a test failed, 2 usage or "
-              "configuration error (nothing created in the cluster).",
+    lines += ["", "Exit status: 0 all tests passed or skipped, 1 a test failed or the selection matched no "
+              "test (unless ALLOW_NO_TESTS=true), 2 usage or configuration error (nothing created in the "
+              "cluster) or -test.timeout expired.",
               "Artifacts: $ARTIFACTS/junit_<binary>.xml and $ARTIFACTS/<binary>/<Test>/ (logs, "
               "manifests, events)."]
     return "\n".join(lines) + "\n"

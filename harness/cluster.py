@@ -78,14 +78,16 @@ class Cluster:
 
     @classmethod
     def connect(cls, kubeconfig: str | None, cancelled: threading.Event | None = None,
-                retry_budget: float = RETRY_BUDGET_SECONDS) -> Cluster:
-        """Load the kubeconfig; a missing or invalid one is a ClusterError naming it."""
+                retry_budget: float = RETRY_BUDGET_SECONDS, context: str | None = None) -> Cluster:
+        """Load the kubeconfig (its `context`, else its current one); a missing or invalid one, or an
+        unknown context, is a ClusterError naming it."""
         from kubernetes import config as k8s_config
 
         try:
-            api_client = k8s_config.new_client_from_config(config_file=kubeconfig)
+            api_client = k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
-            raise ClusterError(f"load kubeconfig {kubeconfig or '~/.kube/config'}: {exc}") from None
+            where = f" context {context}" if context else ""
+            raise ClusterError(f"load kubeconfig {kubeconfig or '~/.kube/config'}{where}: {exc}") from None
         # Enough connections for parallel log capture of large jobs.
         api_client.configuration.connection_pool_maxsize = 64
         api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 64

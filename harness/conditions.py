@@ -17,7 +17,7 @@ from harness.errors import JobFailed
 from harness.mpirun import mpi_role
 from harness.parsers import format_duration
 from harness.pods import node_of, pod_failure_reason, true_condition, unschedulable_message
-from harness.resources import JOB, MPIJOB, NODE, POD, Obj, Resource
+from harness.resources import CRD, DEPLOYMENT, JOB, MPIJOB, NODE, POD, Obj, Resource
 from harness.topology import GPU_RESOURCE, NodeInfo
 from harness.wait import Condition
 from harness.watch import ChangeCursor, ClusterState, FollowedLog, Key, Watched
@@ -35,7 +35,8 @@ def _reached(resource: Resource, namespace: str, name: str, condition_type: str,
         detail = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
         return f"{label} {name} {verb}" + (f": {detail}" if detail and condition_type == "Failed" else "")
 
-    return Condition(f"{label} {name} to {'succeed' if verb == 'succeeded' else 'fail'}", watches, check)
+    awaited = {"succeeded": "succeed", "failed": "fail"}.get(verb, f"be {verb}")
+    return Condition(f"{label} {name} to {awaited}", watches, check)
 
 
 def job_succeeded(namespace: str, name: str) -> Condition:
@@ -54,6 +55,29 @@ def mpijob_succeeded(namespace: str, name: str) -> Condition:
 
 def mpijob_failed(namespace: str, name: str) -> Condition:
     return _reached(MPIJOB, namespace, name, "Failed", "failed")
+
+
+def deployment_available(namespace: str, name: str) -> Condition:
+    """A Deployment is Available (its minimum of replicas Ready)."""
+    return _reached(DEPLOYMENT, namespace, name, "Available", "available")
+
+
+def crd_established(name: str) -> Condition:
+    """A CustomResourceDefinition is Established: the API server serves its kind."""
+    return _reached(CRD, "", name, "Established", "established")
+
+
+def pods_ready_on_nodes(namespace: str, label_selector: str, node_names: Iterable[str]) -> Condition:
+    """A Ready pod of the selection on every one of the nodes: a DaemonSet rolled out there."""
+    wanted = sorted(set(node_names))
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        ready = {node_of(pod) for pod in state.of_kind("Pod")
+                 if pod["metadata"].get("namespace") == namespace and true_condition(pod, "Ready") is not None}
+        return f"a Ready pod on each of {', '.join(wanted)}" if ready.issuperset(wanted) else None
+
+    return Condition(f"a Ready pod ({label_selector}) on each of {', '.join(wanted)}",
+                     (Watched(POD, namespace, label_selector),), check)
 
 
 def deleted(resource: Resource, name: str, namespace: str | None = None) -> Condition:

@@ -3,8 +3,10 @@
 Rules follow the upstream nvidia suite: all nodes must share node.kubernetes.io/instance-type
 unless NODE_TYPE picks one; GPU and EFA counts come from node capacity. Unlike upstream, GPU
 capacity is waited for (bounded by DISCOVERY_TIMEOUT) rather than read as 0 before the device
-plugin has advertised it. Values the user set are kept and checked against the nodes. The result
-is a Topology; the configuration is left as the user gave it.
+plugin has advertised it, and the count per node is what the type should have (the table of
+harness/thresholds.yaml, else the most any node advertises), never the minimum seen: a node that
+lost a GPU does not lower the bar, it fails TestGPUCapacity. Values the user set are kept and
+checked against the nodes. The result is a Topology; the configuration is left as the user gave it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness.cancel import CancelToken
+from harness.capacity import expected_per_node
 from harness.cluster import Cluster
 from harness.conditions import nodes_advertise_gpus
 from harness.config import Config, Origin, Source
@@ -112,23 +115,31 @@ def _gpus(cluster: Cluster, cfg: Config, selection: Selection,
     usable = [n for n in selection.ready if n.gpus >= wanted]
     if cfg.gpus_per_node is not None:
         return usable, cfg.gpus_per_node, cfg.origin("gpus_per_node")
-    return usable, min(n.gpus for n in usable[: selection.count]), Origin(Source.DISCOVERED, f"{GPU_RESOURCE} capacity")
+    # What the type should have, never the fewest seen: a node that lost a GPU must not lower the bar.
+    expected = expected_per_node(selection.node_type, usable[: selection.count], GPU_RESOURCE)
+    return usable, expected.count, Origin(Source.DERIVED if expected.from_table else Source.DISCOVERED,
+                                          f"{GPU_RESOURCE}: {expected.source}")
 
 
 def _efa(cfg: Config, node_type: str, chosen: list[NodeInfo]) -> tuple[int, Origin]:
     """EFA devices per node: none with --efaEnabled=false, else EFA_PER_NODE checked against the
-    nodes, else what they advertise (some, with --efaEnabled=true)."""
-    advertised = min(n.efa for n in chosen)
+    nodes, else, when some node advertises EFA, what the type should have (the table, else the
+    most any node advertises; never the fewest); none when no node advertises any."""
+    fewest = min(n.efa for n in chosen)
     if cfg.efa_enabled is False:
         return 0, Origin(Source.FLAG, "--efaEnabled=false")
     if cfg.efa_per_node is not None:
-        if cfg.efa_per_node > advertised:
+        if cfg.efa_per_node > fewest:
             raise ConfigError(f"discover EFA: EFA_PER_NODE={cfg.efa_per_node} but the {node_type} "
-                              f"nodes advertise {advertised} {EFA_RESOURCE}")
+                              f"nodes advertise {fewest} {EFA_RESOURCE}")
         return cfg.efa_per_node, cfg.origin("efa_per_node")
-    if cfg.efa_enabled and advertised == 0:
-        raise ConfigError(f"discover EFA: --efaEnabled=true but no {node_type} node advertises {EFA_RESOURCE}")
-    return advertised, Origin(Source.DISCOVERED, f"{EFA_RESOURCE} capacity")
+    if max(n.efa for n in chosen) == 0:
+        if cfg.efa_enabled:
+            raise ConfigError(f"discover EFA: --efaEnabled=true but no {node_type} node advertises {EFA_RESOURCE}")
+        return 0, Origin(Source.DISCOVERED, f"no node advertises {EFA_RESOURCE}")
+    expected = expected_per_node(node_type, chosen, EFA_RESOURCE)
+    return expected.count, Origin(Source.DERIVED if expected.from_table else Source.DISCOVERED,
+                                  f"{EFA_RESOURCE}: {expected.source}")
 
 
 def discover(cluster: Cluster, cfg: Config, cancel: CancelToken) -> Topology:

@@ -117,7 +117,10 @@ def summarize(path: Path) -> str:
             props = {p.get("name"): p.get("value") for p in case.iter("property")}
             shown = [f"{key} {props[f'metrics.{key}.median']} (median of {props.get(f'metrics.{key}.count')})"
                      for key in SUMMARY_METRICS if f"metrics.{key}.median" in props]
-            lines.append(f"  {verdict:<5} {case.get('name')} ({float(case.get('time') or 0):.1f}s)"
+            # Canned results (the local cluster served the logs) must not read like real ones.
+            execution = props.get("execution")
+            marker = f" [execution={execution}]" if execution in ("canned", "mixed") else ""
+            lines.append(f"  {verdict:<5} {case.get('name')} ({float(case.get('time') or 0):.1f}s){marker}"
                          + (f": {'; '.join(shown)}" if shown else "") + (f" - {reason}" if reason else ""))
     return "\n".join(lines)
 

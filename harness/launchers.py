@@ -10,6 +10,8 @@ Placement (or the pods and logs already captured), no cluster access.
   mpirun's log (harness.mpirun).
 - per-node: a Job per node with its pod pinned there, running the command once (probes such as
   listing a node's GPUs).
+- daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
+  containerd check); done when a Ready pod runs on each selected node.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from harness.conditions import (
     mpijob_failed,
     mpijob_succeeded,
     pods_ended,
+    pods_ready_on_nodes,
     pods_succeeded,
 )
 from harness.labels import job_selector
 from harness.logs import CapturedLog
 from harness.mpirun import explain_failure as explain_mpirun_failure
 from harness.mpirun import launcher_pods, launcher_runs, mpi_role
-from harness.resources import JOB, MPIJOB, Obj, Resource
+from harness.resources import DAEMONSET, JOB, MPIJOB, Obj, Resource
 from harness.topology import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from harness.wait import Condition
 
@@ -54,6 +57,8 @@ class Workload:
     launcher: str | None = None  # default: LAUNCHER
     nodes: int | None = None  # default: every node of the topology (a single-node variant uses 1)
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
+    host_paths: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):
@@ -109,15 +114,20 @@ def _resources(placement: Placement) -> dict[str, Any]:
     return {"limits": limits, "requests": dict(limits)}
 
 
-def _env_values(workload: Workload, placement: Placement, master_addr: str) -> dict[str, str]:
-    """What every process needs: rendezvous, NUM_GPUS_PER_NODE, the caller's NCCL_*/FI_*, the workload's own."""
+def _env_values(workload: Workload, placement: Placement, master_addr: str | None) -> dict[str, str]:
+    """What every process needs: rendezvous (unless master_addr is None: a probe), NUM_GPUS_PER_NODE,
+    the caller's NCCL_*/FI_*, the workload's own."""
+    rendezvous = {} if master_addr is None else {"MASTER_ADDR": master_addr, "MASTER_PORT": str(MASTER_PORT)}
     return {
         **placement.pod_env,
         "NUM_GPUS_PER_NODE": str(placement.processes_per_node),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(MASTER_PORT),
+        **rendezvous,
         "ACCELERATOR": placement.accelerator,
         "PYTHONUNBUFFERED": "1",
+        # One thread per process on CPU, the one CPU each process requests: without it every rank's
+        # torch takes all the node's cores, ranks sharing cores fight, and their timings (the compute
+        # probe, the compute time the straggler verdict compares) differ 5x with nothing slow.
+        **({"OMP_NUM_THREADS": "1"} if placement.accelerator == "cpu" else {}),
         **({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if workload.elastic else {}),
         **workload.extra_env,
     }
@@ -127,8 +137,8 @@ def _env_list(values: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def _env(workload: Workload, placement: Placement, master_addr: str) -> list[dict[str, Any]]:
-    """A torchrun worker container's environment: the values above, and its node and pod."""
+def _env(workload: Workload, placement: Placement, master_addr: str | None) -> list[dict[str, Any]]:
+    """A worker container's environment: the values above, and its node and pod."""
     env = _env_list(_env_values(workload, placement, master_addr))
     env += [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
@@ -316,14 +326,35 @@ class PerNode(Launcher):
         common = _common_fields(workload, placement)
         return [Rendering("per-node-job.yaml", {
             **common, "JobName": job_name, "NodeName": node, "GPUPerNode": placement.processes_per_node,
-            "Command": workload.program()})
+            "Command": workload.program(), "Env": _env(workload, placement, None)})
             for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return pods_succeeded(placement.namespace, job_selector(workload.job_name), placement.node_count)
 
 
-LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (Torchrun(), Mpi(), PerNode())}
+class DaemonSetCheck(Launcher):
+    """A DaemonSet on the nodes' type whose pods run a check and then stay up (upstream's
+    containerd check): done once a Ready pod runs on each selected node."""
+
+    name = "daemonset"
+    owner = DAEMONSET
+
+    def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        mounts = sorted(workload.host_paths.items())
+        return [Rendering("daemonset.yaml", {
+            **_common_fields(workload, placement), "Command": workload.program(),
+            "Env": _env(workload, placement, None), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
+            "VolumeMounts": [{"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, (path, _) in
+                             enumerate(mounts)],
+            "Volumes": [{"name": f"host-{i}", "hostPath": {"path": host}} for i, (_, host) in enumerate(mounts)]})]
+
+    def succeeded(self, workload: Workload, placement: Placement) -> Condition:
+        return pods_ready_on_nodes(placement.namespace, job_selector(workload.job_name), placement.node_names)
+
+
+LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher
+                                  for launcher in (Torchrun(), Mpi(), PerNode(), DaemonSetCheck())}
 
 
 def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[str, str]]:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from harness.cluster import STREAM_CHUNK_BYTES, Cluster, describe_api_error
@@ -147,6 +148,26 @@ def capture_pod_logs(cluster: Cluster, namespace: str, pods: list[Obj], dest: Pa
                 log.warning("capture log of %s/%s: %s", target.pod, target.container, target.error)
                 captured.append(target)
     return captured
+
+
+class Heading(str, Enum):
+    """How upstream's tests title a job's logs in their output (build-log readers look for these)."""
+
+    TEST_LOG = "Test log for {job}:"  # the nvidia suite: t.Logf, once per job
+    LOGS_FROM_POD = "Logs from Pod {pod}: "  # nvidia-training: fmt.Printf, once per pod
+
+
+def console_text(captured: list[CapturedLog], job: str, heading: Heading, head_bytes: int, tail_bytes: int,
+                 indent: str) -> str:
+    """A job's logs for the console under upstream's heading, each capped like in JUnit."""
+    if heading is Heading.LOGS_FROM_POD:
+        return "\n".join(Heading.LOGS_FROM_POD.format(pod=entry.pod) + "\n" + entry.excerpt(head_bytes, tail_bytes)
+                         for entry in captured if entry.path.exists())
+    body = [Heading.TEST_LOG.format(job=job)]
+    for entry in captured:
+        if entry.path.exists():
+            body += [entry.header, *entry.excerpt(head_bytes, tail_bytes).splitlines()]
+    return "\n".join(indent + line for line in body)
 
 
 def last_lines(captured: list[CapturedLog], pod: str, lines: int = 20) -> str:

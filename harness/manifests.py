@@ -48,6 +48,8 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "ActiveDeadlineSeconds": "the Job's deadline",
     "NodeSelector": "node selector of the workload pods",
     "NodeName": "node a pod is pinned to",
+    "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
+    "Volumes": "the hostPath volumes behind VolumeMounts",
 }
 
 MANIFESTS_PACKAGE = "manifests"

@@ -15,8 +15,9 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from harness.log_lines import split_tag
 from harness.logs import CapturedLog
-from harness.metrics import MPI_TAG, read_lines
+from harness.metrics import read_lines
 from harness.pods import node_of
 from harness.resources import Obj
 
@@ -83,9 +84,9 @@ def read_mpirun_log(lines: Iterable[str], tail: int = 20) -> MpirunLog:
     in_message, message_started = False, False  # mpirun's messages open and close with a rule
     for raw in lines:
         line = raw.rstrip("\r\n")
-        tagged = MPI_TAG.match(line)
-        if tagged:
-            parsed.rank_tails.setdefault(int(tagged["rank"]), deque(maxlen=tail)).append(line)
+        rank, _ = split_tag(line)
+        if rank is not None:
+            parsed.rank_tails.setdefault(rank, deque(maxlen=tail)).append(line)
             continue
         if RULE.match(line):
             in_message, message_started = not in_message, False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 
@@ -17,10 +18,16 @@ NAMESPACE_DELETE_SECONDS = 120.0
 
 
 def namespace_name(run_id: str, test_name: str) -> str:
-    """kt2t-<run id>-<test>: leftovers of an interrupted run are easy to find."""
+    """kt2t-<run id>-<test>: leftovers of an interrupted run are easy to find. A name too long for a
+    namespace is cut and ends with a digest of the whole, so two tests (or two -test.count runs of
+    one) never share a namespace."""
     test = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")
     run = re.sub(r"[^a-z0-9]+", "", run_id.lower())[:8] or "run"
-    return f"kt2t-{run}-{test}"[:63].rstrip("-")
+    name = f"kt2t-{run}-{test}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(test_name.encode()).hexdigest()[:6]
+    return f"{name[:56].rstrip('-')}-{digest}"
 
 
 def namespace_for(t: TestContext) -> str:
@@ -31,14 +38,19 @@ def namespace_for(t: TestContext) -> str:
     if t.cfg.namespace is not None:
         t.namespace_name = t.cfg.namespace
         return t.cfg.namespace
-    name = namespace_name(t.cfg.run_id, t.name)
+    name = namespace_name(t.cfg.run_id, t.instance)
     t.cluster.ensure_namespace(name, base_labels(t.cfg.run_id, t.name))
     t.namespace_name = name
-    if t.cfg.keep_resources:
-        t.cleanup(lambda: t.logf("KEEP_RESOURCES=true: namespace %s left in place", name), "keep namespace")
-    else:
-        t.cleanup(lambda: _delete_namespace(t, name), f"delete namespace {name}")
+    t.cleanup(lambda: _delete_or_keep_namespace(t, name), f"delete namespace {name}")
     return name
+
+
+def _delete_or_keep_namespace(t: TestContext, name: str) -> None:
+    if t.keeps_resources():
+        t.logf("namespace %s left in place (KEEP_RESOURCES, --disable-graceful-teardown, or --fail-fast after a "
+               "failure)", name)
+    else:
+        _delete_namespace(t, name)
 
 
 def _delete_namespace(t: TestContext, name: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Callable
 
 import durationpy
@@ -27,15 +28,25 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Seconds as Go's time.Duration.String() prints whole seconds: `1h0m0s`, `20m0s`, `8s`."""
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
+    """Seconds as Go's time.Duration.String() prints them: `1h0m0s`, `20m0s`, `8s`, `1.5s`, `500ms`."""
+    if seconds == 0:
+        return "0s"
+    if abs(seconds) < 1:
+        for unit, scale in (("ms", 1e3), ("\u00b5s", 1e6), ("ns", 1e9)):
+            if abs(seconds) * scale >= 1 or unit == "ns":
+                return f"{_trimmed(seconds * scale)}{unit}"
+    hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
-        return f"{hours}h{minutes}m{secs}s"
+        return f"{int(hours)}h{int(minutes)}m{_trimmed(secs)}s"
     if minutes:
-        return f"{minutes}m{secs}s"
-    return f"{seconds:g}s"
+        return f"{int(minutes)}m{_trimmed(secs)}s"
+    return f"{_trimmed(secs)}s"
+
+
+def _trimmed(value: float) -> str:
+    """A number as Go prints a duration's last unit: up to 9 decimals, trailing zeros dropped."""
+    return f"{value:.9f}".rstrip("0").rstrip(".")
 
 
 def parse_bool(text: str) -> bool:
@@ -78,6 +89,44 @@ def parse_positive_float(text: str) -> float:
     if value <= 0:
         raise ValueError(text)
     return value
+
+
+def parse_shuffle(text: str) -> str:
+    """Go's -test.shuffle: `off`, `on` (a seed from the clock) or a seed (an integer)."""
+    if text in ("off", "on"):
+        return text
+    return str(int(text.strip(), 10))
+
+
+def parse_label_filter(text: str) -> dict[str, tuple[str, ...]]:
+    """e2e-framework's --labels: `k=v,k2=v2`, each pair exactly one `=`, a key may repeat."""
+    labels: dict[str, tuple[str, ...]] = {}
+    for item in text.split(","):
+        parts = item.split("=")
+        if len(parts) != 2:
+            raise ValueError(text)
+        key, value = parts[0].strip(), parts[1].strip()
+        labels[key] = (*labels.get(key, ()), value)
+    return labels
+
+
+def parse_dimensions(text: str) -> dict[str, str]:
+    """upstream's --metricDimensions: `k=v,k2=v2` (CloudWatch dimension names, any text)."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(text)
+        pairs[key] = value
+    return pairs
+
+
+def parse_command(text: str) -> tuple[str, ...]:
+    """A command line split like a POSIX shell would (`python train.py --epochs 1`)."""
+    words = tuple(shlex.split(text))
+    if not words:
+        raise ValueError(text)
+    return words
 
 
 def parse_regex(text: str) -> str:
@@ -148,3 +197,23 @@ def choice(*options: str) -> Callable[[str], str]:
 def parse_text(text: str) -> str:
     """Any text."""
     return text
+
+
+_BYTE_SIZE = re.compile(r"(\d{1,15})([KMGT]?)", re.IGNORECASE | re.ASCII)
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """A message size as nccl-tests' `-e` takes it: `8`, `2G`, `16G` (K/M/G/T are powers of 1024)."""
+    match = _BYTE_SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(text)
+    return int(match[1]) * _BYTE_UNITS[match[2].upper()]
+
+
+def format_bytes(size: float) -> str:
+    """A size in the largest binary unit that divides it: `16 GiB`, `128 MiB`, `8 B`, `1.5 GiB`."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size:g} B"

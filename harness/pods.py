@@ -16,6 +16,23 @@ GRACED_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPu
 HeldFor = Callable[[str, float], float]
 
 
+# The local cluster's annotations (hack/README.md): a canned log or an injected failure, and the
+# mark of a pod its node agent really ran.
+LOCAL_CLUSTER = "kubetest2-training.local/"
+CANNED_LOG_ANNOTATION = LOCAL_CLUSTER + "canned-log"
+FAIL_ANNOTATION = LOCAL_CLUSTER + "fail"
+EXECUTED_ANNOTATION = LOCAL_CLUSTER + "executed-by"
+
+
+def execution_of(pod: Obj) -> str:
+    """`canned` when the local cluster served the pod's log or failure instead of running it (the pod's
+    `canned-log[-<container>]` or `fail` annotation), else `real` (its node agent ran it, annotated
+    `executed-by`, or a real kubelet did)."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    canned = any(key.startswith(CANNED_LOG_ANNOTATION) or key == FAIL_ANNOTATION for key in annotations)
+    return "canned" if canned and EXECUTED_ANNOTATION not in annotations else "real"
+
+
 def node_of(pod: Obj) -> str:
     return pod.get("spec", {}).get("nodeName") or "<unscheduled>"
 

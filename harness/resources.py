@@ -45,6 +45,8 @@ KNOWN_RESOURCES = {
         Resource("v1", "Event", "events", True),
         Resource("batch/v1", "Job", "jobs", True),
         Resource("apps/v1", "DaemonSet", "daemonsets", True),
+        Resource("apps/v1", "Deployment", "deployments", True),
+        Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
         Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs", True),
         Resource("rbac.authorization.k8s.io/v1", "Role", "roles", True),
         Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
@@ -58,3 +60,6 @@ JOB = KNOWN_RESOURCES[("batch/v1", "Job")]
 NAMESPACE = KNOWN_RESOURCES[("v1", "Namespace")]
 EVENT = KNOWN_RESOURCES[("v1", "Event")]
 MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
+DAEMONSET = KNOWN_RESOURCES[("apps/v1", "DaemonSet")]
+DEPLOYMENT = KNOWN_RESOURCES[("apps/v1", "Deployment")]
+CRD = KNOWN_RESOURCES[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]

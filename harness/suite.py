@@ -1,9 +1,16 @@
-"""What a test binary declares (its test cases) and which of them a run selects (-test.run, features)."""
+"""What a test binary declares (its tests, their features and labels) and which of them a run
+selects: Go's -test.run and -test.skip, e2e-framework's feature, label and assessment filters.
+
+A test is made of features, as upstream's e2e-framework tests are (`features.New("multi-node:...")
+.WithLabel("suite", "nvidia")`): a test with several features runs each as a subtest
+`TestX/<feature>`; a test with one feature runs it in place, under the test's own name, and its
+feature name and labels still select it (`--feature=bert-training`, `-test.run=TestBertTraining/bert`).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,41 +22,86 @@ if TYPE_CHECKING:
     from harness.testing import TestContext
 
 TestFunc = Callable[["TestContext"], None]
+Labels = Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A named, labelled part of a test, with the names of the assessments it makes (for --assess)."""
+
+    name: str
+    func: TestFunc
+    labels: Labels = field(default_factory=dict)
+    assessments: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        labels = ", ".join(f"{k}={'|'.join(v)}" for k, v in self.labels.items())
+        return f"{self.name} [{labels}]" if labels else self.name
 
 
 @dataclass(frozen=True)
 class TestCase:
-    """A registered test: its Go-style name and its function (subtests are declared by `t.run`)."""
+    """A registered test: its Go-style name and its features, run in order."""
 
     name: str
-    func: TestFunc
+    features: tuple[Feature, ...]
     # False for a test that never touches the cluster: the runner then neither connects nor discovers.
     needs_cluster: bool = True
     __test__ = False  # not a pytest test class
 
+    @property
+    def in_place(self) -> bool:
+        """One feature: it runs in the test's own context, no subtest level."""
+        return len(self.features) == 1
+
+
+def feature_name(test_name: str) -> str:
+    """The default feature name of a one-feature test: TestNanoGPTTraining -> nano-gpt-training."""
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+", test_name.removeprefix("Test"))
+    return "-".join(word.lower() for word in words)
+
 
 @dataclass(frozen=True)
 class Suite:
-    """A test binary: its name (also the JUnit file's), a summary and its test cases, registered
-    in order with the `@SUITE.test("TestX")` decorator."""
+    """A test binary: its name (also the JUnit file's), a summary and its tests, registered in order
+    with `@SUITE.test("TestX", ...)` (one feature) or `SUITE.features("TestX", [...])`."""
 
     binary: str
     summary: str
     tests: list[TestCase] = field(default_factory=list)
+    # Other names the binary is installed under (upstream's: nvidia.test); the JUnit keeps `binary`.
+    aliases: tuple[str, ...] = ()
 
-    def test(self, name: str, *, needs_cluster: bool = True) -> Callable[[TestFunc], TestFunc]:
-        """Register a test function under its Go-style name (a decorator)."""
+    def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
+             assessments: tuple[str, ...] = (), needs_cluster: bool = True) -> Callable[[TestFunc], TestFunc]:
+        """Register a one-feature test function under its Go-style name (a decorator)."""
 
         def register(func: TestFunc) -> TestFunc:
-            if any(test.name == name for test in self.tests):
-                raise ValueError(f"suite {self.binary}: two tests named {name}")
-            self.tests.append(TestCase(name, func, needs_cluster))
+            self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
+                          needs_cluster=needs_cluster)
             return func
 
         return register
 
+    def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True) -> None:
+        """Register a test made of several features, each run as the subtest `name/<feature>`."""
+        if any(test.name == name for test in self.tests):
+            raise ValueError(f"suite {self.binary}: two tests named {name}")
+        self.tests.append(TestCase(name, tuple(features), needs_cluster))
+
+    def names(self) -> list[str]:
+        """Every test, and the features of the tests that have several, as Go names them."""
+        lines = []
+        for test in self.tests:
+            if test.in_place:
+                lines.append(f"{test.name}  (feature {test.features[0].describe()})")
+            else:
+                lines += [test.name] + [f"{test.name}/{f.describe()}" for f in test.features]
+        return lines
+
     def usage(self) -> str:
-        return usage(self.binary, self.summary, [t.name for t in self.tests])
+        called = self.binary + (f" (also installed as {', '.join(self.aliases)})" if self.aliases else "")
+        return usage(called, self.summary, self.names())
 
     def junit_path(self, artifacts: Path) -> Path:
         return artifacts / f"junit_{self.binary}.xml"
@@ -72,37 +124,102 @@ def split_run_pattern(pattern: str) -> list[str]:
     return parts
 
 
+def _levels(pattern: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in split_run_pattern(pattern)) if pattern else ()
+
+
+def _optional(pattern: str | None) -> re.Pattern[str] | None:
+    return re.compile(pattern) if pattern else None
+
+
+def _has_any(labels: Labels, key: str, values: tuple[str, ...]) -> bool:
+    return any(value in labels.get(key, ()) for value in values)
+
+
 @dataclass(frozen=True)
 class Selector:
-    """Which tests and subtests run: -test.run levels, and e2e-framework's feature filters."""
+    """Which tests, features and subtests run.
 
-    levels: tuple[re.Pattern[str], ...] = ()
+    Go's rules: -test.run levels each match (unanchored) the name's element at that level; levels
+    past the name's depth match anything. -test.skip skips a name when every skip level matches and
+    the name is at least that deep (`-test.skip=X/Y` skips Y under X, and X still runs).
+    e2e-framework's rules apply to features: --feature / --skip-features on the feature's name,
+    --labels (every key given must have one of its values among the feature's) / --skip-labels
+    (any), --assess / --skip-assessment on the feature's assessments.
+    """
+
+    run: tuple[re.Pattern[str], ...] = ()
+    skip: tuple[re.Pattern[str], ...] = ()
     feature: re.Pattern[str] | None = None
     skip_features: re.Pattern[str] | None = None
+    labels: Labels = field(default_factory=dict)
+    skip_labels: Labels = field(default_factory=dict)
+    assess: re.Pattern[str] | None = None
+    skip_assessment: re.Pattern[str] | None = None
 
     @classmethod
     def from_config(cls, cfg: Config) -> Selector:
-        levels = tuple(re.compile(p) for p in split_run_pattern(cfg.test_run)) if cfg.test_run else ()
-        return cls(levels,
-                   re.compile(cfg.feature) if cfg.feature else None,
-                   re.compile(cfg.skip_features) if cfg.skip_features else None)
+        return cls(_levels(cfg.test_run), _levels(cfg.test_skip), _optional(cfg.feature),
+                   _optional(cfg.skip_features), cfg.labels, cfg.skip_labels, _optional(cfg.assess),
+                   _optional(cfg.skip_assessment))
 
     def matches(self, full_name: str) -> bool:
-        """Whether a test or subtest (`TestX/sub`) is selected; levels past the pattern match all."""
+        """Whether a test or subtest (`TestX/sub`) is selected by -test.run and -test.skip."""
         names = full_name.split("/")
-        for name, pattern in zip(names, self.levels, strict=False):
-            if not pattern.search(name):
-                return False
-        top = names[0]
-        if self.feature and not self.feature.search(top):
+        if not all(pattern.search(name) for name, pattern in zip(names, self.run, strict=False)):
             return False
-        return not (self.skip_features and self.skip_features.search(top))
+        skipped = bool(self.skip) and len(names) >= len(self.skip) and all(
+            pattern.search(name) for name, pattern in zip(names, self.skip, strict=False))
+        return not skipped
 
-    def select(self, suite: Suite) -> list[TestCase]:
-        return [test for test in suite.tests if self.matches(test.name)]
+    def selects_feature(self, test: TestCase, feature: Feature) -> bool:
+        """Go's rules on `TestX/<feature>`, then e2e-framework's on the feature itself."""
+        if not self.matches(test.name) or not self.matches(f"{test.name}/{feature.name}"):
+            return False
+        if self.feature and not self.feature.search(feature.name):
+            return False
+        if self.skip_features and self.skip_features.search(feature.name):
+            return False
+        if not all(_has_any(feature.labels, key, values) for key, values in self.labels.items()):
+            return False
+        if any(_has_any(feature.labels, key, values) for key, values in self.skip_labels.items()):
+            return False
+        return self._selects_an_assessment(feature)
+
+    def _selects_an_assessment(self, feature: Feature) -> bool:
+        if not (self.assess or self.skip_assessment):
+            return True
+        return any((not self.assess or self.assess.search(name))
+                   and not (self.skip_assessment and self.skip_assessment.search(name))
+                   for name in feature.assessments)
+
+    def select(self, suite: Suite) -> list[Selected]:
+        """The tests with at least one selected feature, each with its selected features."""
+        chosen = [Selected(test, tuple(f for f in test.features if self.selects_feature(test, f)))
+                  for test in suite.tests]
+        return [selected for selected in chosen if selected.features]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A test and which of its features run."""
+
+    test: TestCase
+    features: tuple[Feature, ...]
 
 
 def listed(suite: Suite, pattern: str) -> list[str]:
-    """-test.list: the names of the tests matching `pattern`."""
+    """-test.list: the names of the tests matching `pattern` (top level only, like Go)."""
     compiled = re.compile(pattern)
     return [test.name for test in suite.tests if compiled.search(test.name)]
+
+
+def describe_selection(cfg: Config) -> str:
+    """The flags that selected nothing, as given, for the no-match message."""
+    given = [(flag, value) for flag, value in (
+        ("-test.run", cfg.test_run), ("-test.skip", cfg.test_skip), ("--feature", cfg.feature),
+        ("--skip-features", cfg.skip_features), ("--assess", cfg.assess),
+        ("--skip-assessment", cfg.skip_assessment)) if value]
+    given += [(flag, ",".join(f"{k}={v}" for k, vs in labels.items() for v in vs))
+              for flag, labels in (("--labels", cfg.labels), ("--skip-labels", cfg.skip_labels)) if labels]
+    return " ".join(f"{flag}={value!r}" for flag, value in given) or "the default selection"

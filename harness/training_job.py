@@ -11,14 +11,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.cluster import Cluster
+from harness.addons import ensure_launcher_api
 from harness.conditions import any_pod_failed, node_not_ready
 from harness.config import pod_environment_passthrough
-from harness.errors import ConfigError, JobFailed, WaitTimeout
+from harness.errors import JobFailed, WaitTimeout
+from harness.exit_after_training import explain as explain_exit
 from harness.junit import Outcome
 from harness.labels import base_labels, job_labels, job_selector
 from harness.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
-from harness.logs import CapturedLog, capture_pod_logs, last_lines
+from harness.logs import CapturedLog, Heading, capture_pod_logs, console_text, last_lines
 from harness.manifests import dump_objects, render, save
 from harness.measurements import LogScans, job_metrics, record_metrics
 from harness.metrics import WorkloadMetrics
@@ -26,6 +27,7 @@ from harness.mpirun import mpi_role
 from harness.namespaces import namespace_for
 from harness.pods import describe_pod
 from harness.resources import EVENT, POD, Obj
+from harness.results import event_entry
 from harness.testing import TestContext
 from harness.wait import Condition, wait_for
 from harness.watch import ChangeCursor, ClusterState
@@ -39,16 +41,6 @@ FAILURE_SETTLE_SECONDS = 15.0
 JUNIT_LOG_HEAD = 16 * 1024
 JUNIT_LOG_TAIL = 48 * 1024
 JUNIT_LOGS_BUDGET = 16 * 1024 * 1024
-
-
-def require_launcher(cluster: Cluster, launcher: Launcher, needed_by: str, otherwise: str) -> None:
-    """ConfigError unless the cluster serves the API the launcher needs (the MPIJob CRD)."""
-    if launcher.needs_api is None:
-        return
-    api_version, kind = launcher.needs_api
-    if not cluster.serves(api_version, kind):
-        raise ConfigError(f"{needed_by} needs the {kind} CRD ({api_version}), which this cluster does not serve: "
-                          f"install mpi-operator or {otherwise}")
 
 
 def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placement:
@@ -72,6 +64,8 @@ class TrainingJob:
     workload: Workload
     launcher: Launcher
     placement: Placement
+    # Upstream's heading of the job's logs in the -test.v output.
+    heading: Heading = Heading.TEST_LOG
     # The latest version of every pod seen while waiting (a deleted pod keeps its node for the report).
     pods_seen: dict[str, Obj] = field(default_factory=dict)
     _captured: list[CapturedLog] | None = None
@@ -139,8 +133,12 @@ class TrainingJob:
         explained = self.launcher.explain_failure(str(exc), self.pods_seen, captured, locations)
         if explained is not None:
             return explained
-        tail = last_lines(captured, exc.pod) if exc.pod else ""
-        return f"{exc}\n{tail}".rstrip()
+        message, tail = str(exc), ""
+        if exc.pod:  # a rank that trained and then died on the way out is said to have done so
+            blamed = [entry for entry in captured if entry.pod == exc.pod]
+            message = explain_exit(message, blamed, self.pods_seen.get(exc.pod))
+            tail = last_lines(captured, exc.pod)
+        return f"{message}\n{tail}".rstrip()
 
     def _report_runs(self) -> None:
         """The owner's runs and failed runs (the MPI launcher's), as properties and, if any
@@ -207,15 +205,16 @@ class TrainingJob:
                                               on_captured=self._scans.add)
             seconds, size = time.monotonic() - started, sum(entry.size for entry in self._captured)
             self.note_phase("log_capture", seconds)
+            self.t.record.add_pods(self.pods_seen.values(), self._captured, self.t.artifacts_dir)
             self.t.property("pods.logs_captured", len(self._captured))
             self.t.property("logs.bytes", size)
             self.t.logf("captured %d logs (%.1f MiB) in %.2fs", len(self._captured), size / 2**20, seconds)
-            self._attach_excerpts(logs_dir)
+            self._show_excerpts(logs_dir)
         return self._captured
 
-    def _attach_excerpts(self, logs_dir: Path) -> None:
-        """Every log's excerpt into <system-out>, within JUNIT_LOGS_BUDGET for all of them, the cut
-        stated first; each excerpt points at its full file."""
+    def _show_excerpts(self, logs_dir: Path) -> None:
+        """Every log's excerpt into <system-out> (and the console with -test.v), within
+        JUNIT_LOGS_BUDGET for all of them, the cut stated first; each excerpt points at its file."""
         captured = self._captured or []
         share = min(JUNIT_LOG_HEAD + JUNIT_LOG_TAIL, JUNIT_LOGS_BUDGET // max(1, len(captured)))
         head = min(JUNIT_LOG_HEAD, share // 4)
@@ -224,6 +223,8 @@ class TrainingJob:
                                  f"bytes here ({JUNIT_LOGS_BUDGET // 2**20} MiB for all); full logs in {logs_dir}")
         for entry in captured:
             self.t.attach_output(entry.header + "\n" + entry.excerpt(head, share - head))
+        self.t.print_verbose(console_text(captured, self.workload.job_name, self.heading, head, share - head,
+                                          "    " * (self.t.depth + 1)))
 
     def metrics(self) -> WorkloadMetrics:
         """Metrics of every rank, each rank located on its pod and node."""
@@ -252,13 +253,14 @@ class TrainingJob:
         self._save_events()
         if self.t.result.outcome is not Outcome.PASS:
             self._save_objects()
-        if not self.t.cfg.keep_resources:
+        if not self.t.keeps_resources():
             for name in self.launcher.owners(self.workload, self.placement):
                 self.t.cluster.delete(self.launcher.owner, name, self.namespace)
         self.note_phase("teardown", time.monotonic() - started)
 
     def _save_events(self) -> None:
         events = self.t.cluster.list(EVENT, self.namespace).get("items", [])
+        self.t.record.events = [event_entry(e) for e in events]
         lines = [f"{e.get('lastTimestamp') or e.get('eventTime') or ''} {e.get('type', '')} "
                  f"{e.get('involvedObject', {}).get('kind', '')}/{e.get('involvedObject', {}).get('name', '')} "
                  f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]
@@ -281,14 +283,16 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
     return [obj for objects in by_template.values() for obj in objects]
 
 
-def launch(t: TestContext, workload: Workload) -> TrainingJob:
-    """Render and apply the workload for its launcher (LAUNCHER unless it names one); its teardown
-    is registered before anything is applied."""
+def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> TrainingJob:
+    """Render and apply the workload for its launcher (LAUNCHER unless it names one), installing
+    mpi-operator first if the launcher needs it and it is missing; the job's teardown is registered
+    before anything is applied."""
     started = time.monotonic()
     launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
+    ensure_launcher_api(t.session, launcher, t.name)
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
-    job = TrainingJob(t, workload, launcher, placement)
+    job = TrainingJob(t, workload, launcher, placement, heading)
     t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
     for obj in objects:
         t.cluster.apply(obj)

@@ -2,7 +2,8 @@
 
 Like `all_reduce_perf -b 8 -e <max> -f 2`: float32 sum, sizes doubling from --min-bytes, bus
 bandwidth = algbw * 2(n-1)/n, and `# Avg bus bandwidth` over all sizes. With NCCL_TESTS_MIN_BW set
-(GB/s), exits 1 when that average is below 0.9 x the value, as nccl-tests does.
+(GB/s), exits 1 when that average is below 0.9 x the value, as nccl-tests does. Every rank prints a
+KT2T_STEP line per message size and its KT2T_METRICS line (workloads/report.py).
 Run: torchrun --nproc_per_node=N -m workloads.allreduce --max-bytes 1G
 """
 
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from workloads.distributed import EnvError, Session, add_device_argument, distributed_session, run_main
-from workloads.report import emit_metrics, say
+from workloads.distributed import EnvError, Session
+from workloads.program import new_parser, run_main, workload_main
+from workloads.report import Reporter, say
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -103,14 +105,13 @@ def min_bw_from_env() -> float | None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m workloads.allreduce", description=__doc__)
+    parser = new_parser("workloads.allreduce", __doc__, precision=False)
     parser.add_argument("--size", choices=sorted(SIZE_DEFAULTS), default="default")
     parser.add_argument("-b", "--min-bytes", type=parse_bytes, default=8)
     parser.add_argument("-e", "--max-bytes", type=parse_bytes, help="default: 1M for tiny, 128M otherwise")
     parser.add_argument("-f", "--step-factor", type=int, default=2)
     parser.add_argument("-n", "--iters", type=int, help="timed iterations per size")
     parser.add_argument("-w", "--warmup-iters", type=int, help="untimed iterations per size")
-    add_device_argument(parser)
     args = parser.parse_args(argv)
     max_bytes, iters, warmup = SIZE_DEFAULTS[args.size]
     args.max_bytes = args.max_bytes or max_bytes
@@ -120,41 +121,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--step-factor must be at least 2")
     if args.min_bytes > args.max_bytes:
         parser.error("--min-bytes must not exceed --max-bytes")
+    args.min_bw = min_bw_from_env()  # before any collective: a typo fails fast, on every rank alike
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    min_bw = min_bw_from_env()  # before any collective: a typo fails fast, on every rank alike
-    with distributed_session(args.device) as session:
-        if session.is_main:
-            say(f"# all-reduce sweep: {session.env.world_size} ranks, backend {session.backend}")
-            say(HEADER)
-        rows: list[Row] = []
-        size = args.min_bytes
-        while size <= args.max_bytes:
-            rows.append(measure(size, args.iters, args.warmup_iters, session))
-            if session.is_main:
-                say(rows[-1].format())
-            size *= args.step_factor
-        wrong = sum(row.wrong for row in rows)
-        busbw_avg = sum(row.busbw for row in rows) / len(rows)
-        if session.is_main:
-            say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-            say(f"# Avg bus bandwidth    : {busbw_avg:g}")
-            say("#")
-        emit_metrics(
-            "allreduce",
-            session,
-            {
-                "busbw_avg": busbw_avg,
-                "busbw_max": max(row.busbw for row in rows),
-                "algbw_max": max(row.algbw for row in rows),
-                "max_bytes": rows[-1].size,
-                "wrong": wrong,
-                "min_bw": min_bw,
-            },
-        )
+def sweep_sizes(args: argparse.Namespace) -> list[int]:
+    """--min-bytes, x --step-factor, up to --max-bytes."""
+    sizes = [args.min_bytes]
+    while sizes[-1] * args.step_factor <= args.max_bytes:
+        sizes.append(sizes[-1] * args.step_factor)
+    return sizes
+
+
+def verdict(wrong: int, busbw_avg: float, min_bw: float | None) -> int:
+    """nccl-tests' exit status: 1 for wrong values or an average below 0.9 x NCCL_TESTS_MIN_BW."""
     if wrong:
         print(f"workloads.allreduce: {wrong} wrong values in the results", file=sys.stderr)
         return 1
@@ -167,6 +147,40 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     return 0
 
+
+def sweep(args: argparse.Namespace, session: Session, reporter: Reporter) -> int:
+    sizes = sweep_sizes(args)
+    reporter.steps_requested = len(sizes)
+    if session.is_main:
+        say(f"# all-reduce sweep: {session.env.world_size} ranks, backend {session.backend}")
+        say(HEADER)
+    rows: list[Row] = []
+    for index, size in enumerate(sizes):
+        row = measure(size, args.iters, args.warmup_iters, session)
+        rows.append(row)
+        reporter.step(index, ms=row.time_us / 1000, bytes=row.size, algbw=row.algbw, busbw=row.busbw, wrong=row.wrong)
+        if session.is_main:
+            say(row.format())
+    wrong = sum(row.wrong for row in rows)
+    busbw_avg = sum(row.busbw for row in rows) / len(rows)
+    if session.is_main:
+        say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+        say(f"# Avg bus bandwidth    : {busbw_avg:g}")
+        say("#")
+    reporter.finish(
+        {
+            "busbw_avg": busbw_avg,
+            "busbw_max": max(row.busbw for row in rows),
+            "algbw_max": max(row.algbw for row in rows),
+            "max_bytes": rows[-1].size,
+            "wrong": wrong,
+            "min_bw": args.min_bw,
+        }
+    )
+    return verdict(wrong, busbw_avg, args.min_bw)
+
+
+main = workload_main("allreduce", parse_args, sweep)
 
 if __name__ == "__main__":
     run_main("workloads.allreduce", main)

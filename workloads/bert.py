@@ -1,5 +1,7 @@
 """BERT pre-training (MLM + NSP) with DDP on synthetic batches; prints the upstream test's lines.
 
+Every rank also prints the KT2T_STEP and KT2T_METRICS lines of workloads/report.py.
+
 Run: torchrun --nproc_per_node=N -m workloads.bert --size base
 """
 
@@ -16,15 +18,10 @@ from torch.nn import functional as F
 from transformers import BertConfig, BertForPreTraining
 
 from workloads import hardware
-from workloads.distributed import (
-    Session,
-    add_device_argument,
-    data_parallel,
-    distributed_session,
-    mean_over_ranks,
-    run_main,
-)
-from workloads.report import emit_metrics, params_checksum, say
+from workloads.distributed import Session, data_parallel, mean_over_ranks
+from workloads.probe import compute_ms_per_step, synchronize
+from workloads.program import new_parser, run_main, workload_main
+from workloads.report import Reporter, params_checksum, say
 
 # Special ids at the bottom of every vocabulary; real tokens are PAD_ID+FIRST_TOKEN.. vocab_size-1.
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3
@@ -160,7 +157,7 @@ def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m workloads.bert", description=__doc__)
+    parser = new_parser("workloads.bert", __doc__, precision=True)
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
     parser.add_argument("--batch-size", type=int, default=8, help="per rank (upstream: 8)")
     parser.add_argument("--seq-len", type=int, help="default: 32 for tiny, 128 otherwise")
@@ -173,9 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="first steps left out of the timing (allocator and kernel warm-up)",
     )
-    hardware.add_precision_argument(parser)
     parser.add_argument("--seed", type=int, default=1234)
-    add_device_argument(parser)
     args = parser.parse_args(argv)
     size = SIZES[args.size]
     args.seq_len = args.seq_len or size.seq_len
@@ -204,35 +199,46 @@ class BertTrainer:
         self.optimizer = hardware.adamw(self.ddp.parameters(), self.device, lr=0.0, weight_decay=0.01)
         self.generator = torch.Generator().manual_seed(seed * 1000 + session.env.rank)
 
+    def batch(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        batch = synthetic_batch(self.model.config.vocab_size, self.batch_size, self.seq_len, generator)
+        return {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
+
+    def forward_backward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with hardware.autocast(self.device, self.precision):
+            loss = self.ddp(**batch)
+        loss.backward()
+        return loss
+
     def step(self, lr: float) -> float:
         """One optimizer step at learning rate lr; returns the loss (.item() waits for the GPU)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        batch = synthetic_batch(self.model.config.vocab_size, self.batch_size, self.seq_len, self.generator)
-        batch = {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
+        batch = self.batch(self.generator)
         self.optimizer.zero_grad(set_to_none=True)
-        with hardware.autocast(self.device, self.precision):
-            loss = self.ddp(**batch)
-        loss.backward()
+        loss = self.forward_backward(batch)
         self.optimizer.step()
         return loss.item()
 
+    def compute_ms_per_step(self) -> float:
+        """Forward+backward without the all-reduce, on a batch of its own (training data untouched)."""
+        batch = self.batch(torch.Generator().manual_seed(-1))
+        return compute_ms_per_step(self.ddp, lambda: self.forward_backward(batch), self.device)
 
-def train(args: argparse.Namespace, session: Session) -> None:
+
+def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     device, rank = session.device, session.env.rank
     trainer = BertTrainer(args.size, session, args.precision, args.batch_size, args.seq_len, args.seed)
-    model, precision, vocab = trainer.model, trainer.precision, trainer.model.config.vocab_size
-
-    losses: list[float] = []
+    compute_ms = trainer.compute_ms_per_step()
+    reporter.steps_requested = args.steps
     start = time.perf_counter()
     for step in range(args.steps):
         if step == args.untimed_steps:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            synchronize(device)
             start = time.perf_counter()
-        losses.append(trainer.step(lr_at(step, args.lr, args.warmup_steps, args.steps)))
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        step_start = time.perf_counter()
+        loss = trainer.step(lr_at(step, args.lr, args.warmup_steps, args.steps))
+        reporter.step(step, loss, (time.perf_counter() - step_start) * 1000)
+    synchronize(device)
     training_time = time.perf_counter() - start
     throughput = (args.steps - args.untimed_steps) * args.batch_size / training_time
 
@@ -241,32 +247,24 @@ def train(args: argparse.Namespace, session: Session) -> None:
     average = mean_over_ranks(throughput, session)
     if session.is_main:
         say(f"Average Throughput: {average:.2f} samples/second")
-    emit_metrics(
-        "bert",
-        session,
+    reporter.finish(
         {
             "size": args.size,
-            "precision": precision,
+            "precision": trainer.precision,
             "batch_size": args.batch_size,
             "seq_len": args.seq_len,
             "steps": args.steps,
             "throughput": throughput,
             "throughput_avg": average,
             "training_time": training_time,
-            "loss_first": losses[0],
-            "loss_last": losses[-1],
-            "loss_expected_first": math.log(vocab) + math.log(2),
-            "params_checksum": params_checksum(model.parameters()),
-        },
+            "compute_ms_per_step": compute_ms,
+            "loss_expected_first": math.log(trainer.model.config.vocab_size) + math.log(2),
+            "params_checksum": params_checksum(trainer.model.parameters()),
+        }
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with distributed_session(args.device) as session:
-        train(args, session)
-    return 0
-
+main = workload_main("bert", parse_args, train)
 
 if __name__ == "__main__":
     run_main("workloads.bert", main)

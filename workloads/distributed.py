@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -174,25 +172,11 @@ def mean_over_ranks(value: float, session: Session) -> float:
     return float(t.item()) / session.env.world_size
 
 
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="auto: cuda:<local rank> when GPUs are visible and NUM_GPUS_PER_NODE is not 0, else cpu",
-    )
-
-
 def node_name() -> str:
     """The Kubernetes node when the pod spec passes it down, else the host name."""
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def run_main(name: str, main: Callable[[], int]) -> None:
-    """Run a workload's main; a launcher-variable problem is one stderr line and exit code 2."""
-    try:
-        code = main()
-    except EnvError as err:
-        print(f"{name}: {err}", file=sys.stderr, flush=True)
-        code = 2
-    sys.exit(code)
+def pod_name() -> str | None:
+    """The pod, from POD_NAME (the harness's manifests pass it down); None outside Kubernetes."""
+    return os.environ.get("POD_NAME") or None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from collections.abc import Iterable
 
@@ -49,15 +48,6 @@ def bf16_supported(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return cpu_supports_bf16()
-
-
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--precision",
-        choices=("auto", "bf16", "fp32"),
-        default="auto",
-        help="auto: bf16 autocast where the hardware has native bf16 (GPU, or a CPU with AVX512-BF16/AMX), else fp32",
-    )
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:

@@ -2,7 +2,8 @@
 
 Lightning's DDPStrategy runs with process_group_backend nccl (GPU) or gloo (CPU), taking ranks from
 torchrun or OpenMPI through the same reader as the other workloads. Rank 0 prints one line per
-epoch: `epoch E: loss X, accuracy Y` (mean training loss and validation accuracy over all ranks).
+epoch: `epoch E: loss X, accuracy Y` (mean training loss and validation accuracy over all ranks);
+every rank prints the KT2T_STEP (one per batch) and KT2T_METRICS lines of workloads/report.py.
 Run: torchrun --nproc_per_node=N -m workloads.mnist --size tiny
 """
 
@@ -12,7 +13,6 @@ import argparse
 import logging
 import math
 import os
-import socket
 import time
 import warnings
 from dataclasses import dataclass
@@ -25,16 +25,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from workloads.distributed import (
-    DistEnv,
-    Session,
-    add_device_argument,
-    backend_for,
-    read_env,
-    run_main,
-    select_device,
-)
-from workloads.report import emit_metrics, params_checksum, say
+from workloads.distributed import DistEnv, Session
+from workloads.probe import compute_ms_per_step
+from workloads.program import new_parser, run_main, workload_main
+from workloads.report import Reporter, params_checksum, say
 
 NUM_CLASSES = 10
 
@@ -75,22 +69,21 @@ class KT2TEnvironment(ClusterEnvironment):
     """Hands Lightning the ranks our reader found (torchrun or OpenMPI), so one code path serves both
     launchers; Lightning's own detection knows torchrun but needs mpi4py for OpenMPI."""
 
-    def __init__(self, denv: DistEnv, main_address: str, main_port: int) -> None:
+    def __init__(self, denv: DistEnv) -> None:
         self._env = denv
-        self._address = main_address
-        self._port = main_port
 
     @property
     def creates_processes_externally(self) -> bool:
         return True  # torchrun or mpirun started us; Lightning must not spawn
 
+    # Lightning reads these only to initialise the process group, which our session has done.
     @property
     def main_address(self) -> str:
-        return self._address
+        return os.environ.get("MASTER_ADDR", "127.0.0.1")
 
     @property
     def main_port(self) -> int:
-        return self._port
+        return int(os.environ.get("MASTER_PORT", "0"))
 
     @staticmethod
     def detect() -> bool:
@@ -116,12 +109,17 @@ class KT2TEnvironment(ClusterEnvironment):
 
 
 class MNISTModule(pl.LightningModule):
-    def __init__(self, lr: float, gamma: float) -> None:
+    def __init__(
+        self, lr: float, gamma: float, reporter: Reporter, probe_batch: tuple[torch.Tensor, torch.Tensor]
+    ) -> None:
         super().__init__()
         self.net = Net()
         self.lr = lr
         self.gamma = gamma
-        self.batch_losses: list[float] = []
+        self.reporter = reporter
+        self.probe_batch = probe_batch
+        self.compute_ms_per_step = float("nan")
+        self.steps_done = 0
         self.train_seconds = 0.0
         self.train_samples = 0
         self.last_accuracy = float("nan")
@@ -143,13 +141,23 @@ class MNISTModule(pl.LightningModule):
         self.log("val_loss", F.nll_loss(output, labels), sync_dist=True)
         self.log("val_accuracy", accuracy, sync_dist=True)
 
+    def on_train_start(self) -> None:
+        # The net's own forward+backward under the DDP wrapper's no_sync(): compute, no all-reduce.
+        images, labels = (t.to(self.device) for t in self.probe_batch)
+        self.reporter.steps_requested = int(self.trainer.estimated_stepping_batches)
+        self.compute_ms_per_step = compute_ms_per_step(
+            self.trainer.strategy.model, lambda: F.nll_loss(self.net(images), labels).backward(), self.device
+        )
+
     def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
         self._batch_start = time.perf_counter()
 
     def on_train_batch_end(self, outputs: dict[str, torch.Tensor], batch: object, batch_idx: int) -> None:
-        self.train_seconds += time.perf_counter() - self._batch_start
+        seconds = time.perf_counter() - self._batch_start
+        self.train_seconds += seconds
         self.train_samples += len(batch[1])  # type: ignore[index]
-        self.batch_losses.append(float(outputs["loss"].item()))
+        self.reporter.step(self.steps_done, float(outputs["loss"].item()), seconds * 1000)
+        self.steps_done += 1
 
     def on_train_epoch_end(self) -> None:
         # Runs after the epoch's validation, so both numbers are this epoch's, synced over ranks.
@@ -179,23 +187,19 @@ SIZES = {"tiny": MNISTSize(2048, 512, 2), "full": MNISTSize(60000, 10000, 5)}  #
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m workloads.mnist", description=__doc__)
+    parser = new_parser("workloads.mnist", __doc__, precision=False)
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int, default=64, help="per rank (the example's 64)")
+    parser.add_argument(
+        "--batches-per-epoch", type=int, help="train on only this many batches per epoch and rank (default: all)"
+    )
     parser.add_argument("--lr", type=float, default=1.0)
     parser.add_argument("--gamma", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=1)
-    add_device_argument(parser)
     args = parser.parse_args(argv)
     args.epochs = args.epochs or SIZES[args.size].epochs
     return args
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def quiet_lightning() -> None:
@@ -206,52 +210,42 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    denv = read_env()
-    device = select_device(denv, args.device)
-    backend = backend_for(device)
-    if denv.launcher == "single":
-        address, port = "127.0.0.1", _free_port()
-    else:  # read_env() has checked both
-        address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
+    """Lightning fits inside our session: it finds the process group initialised and uses it."""
+    denv, device = session.env, session.device
     quiet_lightning()
     pl.seed_everything(args.seed, verbose=False)
-
     size = SIZES[args.size]
-    train = DataLoader(synthetic_mnist(size.train_samples, seed=1), batch_size=args.batch_size, shuffle=True)
+    train_data = DataLoader(synthetic_mnist(size.train_samples, seed=1), batch_size=args.batch_size, shuffle=True)
     val = DataLoader(synthetic_mnist(size.val_samples, seed=2), batch_size=256)
-    module = MNISTModule(args.lr, args.gamma)
+    module = MNISTModule(args.lr, args.gamma, reporter, synthetic_mnist(args.batch_size, seed=3).tensors)
     trainer = pl.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=denv.local_world_size,
         num_nodes=max(1, denv.world_size // denv.local_world_size),
-        strategy=DDPStrategy(cluster_environment=KT2TEnvironment(denv, address, port), process_group_backend=backend),
+        strategy=DDPStrategy(cluster_environment=KT2TEnvironment(denv), process_group_backend=session.backend),
         max_epochs=args.epochs,
+        limit_train_batches=args.batches_per_epoch,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(module, train, val)
-
-    session = Session(denv, device, backend)
-    emit_metrics(
-        "mnist",
-        session,
+    trainer.fit(module, train_data, val)
+    reporter.finish(
         {
             "epochs": args.epochs,
-            "loss_first": module.batch_losses[0],
-            "loss_last": module.batch_losses[-1],
             "loss_expected_first": math.log(NUM_CLASSES),
             "accuracy": module.last_accuracy,
             "samples_per_s": module.train_samples / module.train_seconds,
+            "compute_ms_per_step": module.compute_ms_per_step,
             "params_checksum": params_checksum(module.parameters()),
-        },
+        }
     )
-    return 0
 
+
+main = workload_main("mnist", parse_args, train)
 
 if __name__ == "__main__":
     run_main("workloads.mnist", main)

@@ -1,7 +1,8 @@
 """nanoGPT-style GPT training with DDP, gradient accumulation, checkpoints and elastic resume.
 
 Trains a char-level GPT on a small Shakespeare text shipped in the package (nothing is downloaded)
-and prints nanoGPT's `iter N: loss X, time Yms, mfu Z%` lines on rank 0.
+and prints nanoGPT's `iter N: loss X, time Yms, mfu Z%` lines on rank 0; every rank prints the
+KT2T_STEP and KT2T_METRICS lines of workloads/report.py.
 Run: torchrun --nproc_per_node=N -m workloads.nanogpt --size tiny --checkpoint-dir /ckpt
 """
 
@@ -17,11 +18,14 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from workloads import checkpoint, hardware
-from workloads.distributed import Session, add_device_argument, data_parallel, distributed_session, run_main
+from workloads.distributed import Session, data_parallel
 from workloads.gpt import GPT, GPTConfig
-from workloads.report import emit_metrics, params_checksum, say
+from workloads.probe import compute_ms_per_step
+from workloads.program import new_parser, run_main, workload_main
+from workloads.report import Reporter, params_checksum, say
 
 # tiny-shakespeare's 65 symbols: a fixed vocabulary, so the first loss is ln(65) = 4.17 whatever
 # text is used, and char ids are the same as in nanoGPT's shakespeare_char.
@@ -80,7 +84,7 @@ def lr_at(it: int, args: argparse.Namespace) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m workloads.nanogpt", description=__doc__)
+    parser = new_parser("workloads.nanogpt", __doc__, precision=True)
     parser.add_argument("--size", choices=list(SIZES), default="small")
     parser.add_argument("--n-layer", type=int)
     parser.add_argument("--n-head", type=int)
@@ -94,7 +98,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-iters", type=int)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
-    hardware.add_precision_argument(parser)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (pays off on GPU)")
     parser.add_argument("--log-interval", type=int, default=1)
     parser.add_argument("--checkpoint-dir", type=Path, help="save here and resume from the latest checkpoint")
@@ -107,7 +110,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1337)
-    add_device_argument(parser)
     args = parser.parse_args(argv)
 
     size = SIZES[args.size]
@@ -142,62 +144,105 @@ def maybe_inject_failure(args: argparse.Namespace, session: Session, step: int) 
     os._exit(17)
 
 
-def train(args: argparse.Namespace, session: Session) -> None:
-    device, rank = session.device, session.env.rank
-    precision = hardware.resolve_precision(args.precision, device)
+@dataclass
+class GPTRun:
+    """One rank's model, optimizer and data, and how a step's micro-batches are drawn."""
+
+    args: argparse.Namespace
+    session: Session
+    precision: str
+    data: torch.Tensor
+    model: GPT
+    ddp: DistributedDataParallel
+    optimizer: torch.optim.Optimizer
+
+    def accumulate_gradients(self, step: int, *, sync: bool) -> float:
+        """Forward+backward over the step's micro-batches; all-reduce on the last one when sync."""
+        args, device = self.args, self.session.device
+        for micro in range(args.grad_accum):
+            # All-reduce gradients only on the last micro-step; earlier ones just accumulate.
+            self.ddp.require_backward_grad_sync = sync and micro == args.grad_accum - 1
+            seed = ((args.seed * 1_000_003 + step) * 4099 + self.session.env.rank) * 257 + micro
+            x, y = get_batch(self.data, args.model.block_size, args.batch_size, seed, device)
+            with hardware.autocast(device, self.precision):
+                loss = self.ddp(x, y) / args.grad_accum
+            loss.backward()
+        return loss.item() * args.grad_accum  # .item() waits for the GPU: a step's time is real
+
+    def train_step(self, step: int) -> float:
+        """One optimizer step at the schedule's learning rate; returns the last micro-batch's loss."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(step, self.args)
+        loss = self.accumulate_gradients(step, sync=True)
+        if self.args.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def save_checkpoint(self, step: int) -> None:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": step,
+            "model_config": asdict(self.args.model),
+        }
+        checkpoint.save(self.args.checkpoint_dir, step, state)
+        say(f"saved checkpoint at step {step}")
+
+
+def resume(args: argparse.Namespace, session: Session, model: GPT, optimizer: torch.optim.Optimizer) -> int | None:
+    """Load the newest checkpoint any rank holds into model and optimizer; its step, or None."""
+    if args.checkpoint_dir is None:
+        return None
+    state = checkpoint.load_latest_everywhere(args.checkpoint_dir)
+    if state is None:
+        return None
+    if state["model_config"] != asdict(args.model):
+        raise ValueError(f"checkpoint in {args.checkpoint_dir} is for another model: {state['model_config']}")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if session.is_main:
+        say(f"resumed from step {state['step']}")
+    return int(state["step"])
+
+
+def build(args: argparse.Namespace, session: Session) -> tuple[GPTRun, int | None]:
+    """The rank's run, resumed from the newest checkpoint when there is one; and that step."""
+    device = session.device
     hardware.allow_tf32(device)
     torch.manual_seed(args.seed)
     data = load_tokens()
     if len(data) <= args.model.block_size + 1:
         raise ValueError(f"block_size {args.model.block_size} is longer than the text ({len(data)} chars)")
-
     model = GPT(args.model).to(device)
     optimizer = hardware.adamw(model.optimizer_groups(args.weight_decay), device, lr=args.lr, betas=(0.9, 0.95))
-    step = 0
-    resumed_from: int | None = None
-    if args.checkpoint_dir is not None:
-        state = checkpoint.load_latest_everywhere(args.checkpoint_dir)
-        if state is not None:
-            if state["model_config"] != asdict(args.model):
-                raise ValueError(f"checkpoint in {args.checkpoint_dir} is for another model: {state['model_config']}")
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            step = resumed_from = int(state["step"])
-            if session.is_main:
-                say(f"resumed from step {resumed_from}")
-
+    resumed_from = resume(args, session, model, optimizer)
     # Compile the bare model, then wrap: DDP hooks stay outside the graph (nanoGPT's order).
     compiled = torch.compile(model) if args.compile else model
     ddp = data_parallel(compiled, session)
-    peak = hardware.device_peak_flops(device)
-    tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
-    flops_per_iter = model.flops_per_token() * tokens_per_iter
+    precision = hardware.resolve_precision(args.precision, device)
+    return GPTRun(args, session, precision, data, model, ddp, optimizer), resumed_from
 
-    losses: list[float] = []
+
+def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
+    run, resumed_from = build(args, session)
+    # Seeds of step -1 are never trained on: the probe's batches are not the training's.
+    compute_ms = compute_ms_per_step(run.ddp, lambda: run.accumulate_gradients(-1, sync=False), session.device)
+    reporter.steps_requested = args.max_iters
+    peak = hardware.device_peak_flops(session.device)
+    tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
+    flops_per_iter = run.model.flops_per_token() * tokens_per_iter
     iter_times: list[float] = []
     running_mfu: float | None = None
+    step = resumed_from or 0
     while step < args.max_iters:
         maybe_inject_failure(args, session, step)
         t0 = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, args)
-        for micro in range(args.grad_accum):
-            # All-reduce gradients only on the last micro-step; earlier ones just accumulate.
-            ddp.require_backward_grad_sync = micro == args.grad_accum - 1
-            seed = ((args.seed * 1_000_003 + step) * 4099 + rank) * 257 + micro
-            x, y = get_batch(data, args.model.block_size, args.batch_size, seed, device)
-            with hardware.autocast(device, precision):
-                loss = ddp(x, y) / args.grad_accum
-            loss.backward()
-        if args.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        lossf = loss.item() * args.grad_accum  # .item() waits for the GPU: dt below is real
+        lossf = run.train_step(step)
         dt = time.perf_counter() - t0
-        losses.append(lossf)
         iter_times.append(dt)
-
+        reporter.step(step, lossf, dt * 1000, lr=lr_at(step, args))
         mfu = flops_per_iter / dt / peak if peak else None
         if mfu is not None and len(iter_times) > MFU_WARMUP_ITERS:
             running_mfu = mfu if running_mfu is None else 0.9 * running_mfu + 0.1 * mfu
@@ -208,49 +253,31 @@ def train(args: argparse.Namespace, session: Session) -> None:
         step += 1
         # One writer per node (local rank 0): a copy survives on every node, whichever is lost.
         if args.checkpoint_every and step % args.checkpoint_every == 0 and session.env.local_rank == 0:
-            checkpoint.save(
-                args.checkpoint_dir,
-                step,
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "step": step,
-                    "model_config": asdict(args.model),
-                },
-            )
-            say(f"saved checkpoint at step {step}")
+            run.save_checkpoint(step)
 
     # Steady state: leave out nanoGPT's warm-up iterations when there are enough to spare.
     timed = iter_times[MFU_WARMUP_ITERS:] if len(iter_times) > 2 * MFU_WARMUP_ITERS else iter_times
     sec_per_iter = sum(timed) / len(timed) if timed else float("nan")
-    emit_metrics(
-        "nanogpt",
-        session,
+    reporter.finish(
         {
             "size": args.size,
-            "precision": precision,
+            "precision": run.precision,
             "compiled": args.compile,
             "tokens_per_s": tokens_per_iter / sec_per_iter,
             "ms_per_iter": sec_per_iter * 1000,
+            "compute_ms_per_step": compute_ms,
             "mfu": flops_per_iter / sec_per_iter / peak if peak else None,
             "peak_flops": peak,
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
             "loss_expected_first": math.log(args.model.vocab_size),
             "resumed_from_step": resumed_from,
-            "iterations": len(losses),
+            "iterations": len(iter_times),
             "final_step": step,
-            "params_checksum": params_checksum(model.parameters()),
-        },
+            "params_checksum": params_checksum(run.model.parameters()),
+        }
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    with distributed_session(args.device) as session:
-        train(args, session)
-    return 0
-
+main = workload_main("nanogpt", parse_args, train)
 
 if __name__ == "__main__":
     run_main("workloads.nanogpt", main)

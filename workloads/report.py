@@ -1,4 +1,39 @@
-"""The machine-readable end-of-run line every workload prints on every rank (`KT2T_METRICS {json}`)."""
+"""The machine-readable lines every workload prints on every rank: `KT2T_STEP` per step, `KT2T_METRICS` at the end.
+
+The harness's parser and verdict are written against this contract (also in workloads/README.md).
+Both lines are `PREFIX {compact JSON}` on stdout, each a single write(2) (ranks sharing a pipe
+never interleave mid-line). JSON has no NaN or Infinity: a non-finite value is written as `null`
+and its key is listed in `"nonfinite"`, so a diverged loss is visible rather than silently absent.
+
+`KT2T_STEP {"rank":R,"step":S,"loss":X,"ms":T,...}`, one per step:
+- `rank` (int); `step` (int): 0-based and counted over the whole job, so a run resumed from a
+  checkpoint at step 20 continues at 20.
+- `loss` (float or null): this rank's loss on its own batch; training workloads only.
+- `ms` (float): wall time of the step on this rank, communication included; absent where unknown.
+- workload extras: nanogpt `lr`; allreduce (a step is one message size) `bytes`, `algbw`, `busbw`
+  (GB/s), `wrong`.
+- `nonfinite` (list of keys): present only when a value above was NaN or infinite.
+- How many: every step of the first STEP_LINES_IN_FULL (1000) steps a process runs, then every
+  STEP_LINES_EVERY-th (100th) step number, and always the last step, so a long run's log stays
+  bounded (a million steps give about 11,000 lines per rank).
+
+`KT2T_METRICS {...}`, once per rank when the run completed:
+- identity: `workload`, `rank`, `world_size`, `local_rank`, `node` (NODE_NAME, else the host
+  name), `pod` (POD_NAME; null when unset), `device`, `backend`, `launcher`, `restart_count`.
+- progress: `steps_requested` (the steps the job was asked for) and `steps_completed` (the last
+  step's number + 1, so a resumed run that reached the end reports all of them).
+- loss (training workloads): `loss_first`, `loss_last` (this process's first and last step; after a
+  restart, the resumed part), `loss_expected_first` (the loss of a uniform guess).
+- throughput, one key per workload: bert `throughput` (samples/s), nanogpt `tokens_per_s`, mnist
+  `samples_per_s`, allreduce `busbw_avg` and `busbw_max` (GB/s).
+- compute probe, measured before training with no collective in the timed region (workloads/probe.py):
+  `probe_matmul_tflops`, `probe_matmul_n`, `probe_matmul_dtype`, `probe_seconds`, and on GPUs
+  `probe_h2d_gbps`; training workloads add `compute_ms_per_step` (forward+backward under DDP's
+  no_sync(), no all-reduce), to set beside the step time that includes communication.
+- `params_checksum` (training workloads): equal on every rank when DDP kept the replicas in sync.
+- `nonfinite`: the keys written as null because their value was NaN or infinite (`[]` when none).
+- workload-specific keys besides (e.g. nanogpt `iterations`, `final_step`, `mfu`; bert `steps`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +41,16 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 
-from workloads.distributed import Session, node_name
+from workloads.distributed import Session, node_name, pod_name
 
 METRICS_PREFIX = "KT2T_METRICS "
+STEP_PREFIX = "KT2T_STEP "
+STEP_LINES_IN_FULL = 1000
+STEP_LINES_EVERY = 100
 
 
 def say(line: str) -> None:
@@ -41,25 +79,80 @@ def params_checksum(parameters: Iterable[torch.Tensor]) -> float:
     return float(total.item())
 
 
-def _finite_or_none(value: object) -> object:
-    # JSON has no NaN/Infinity; a diverged loss must still give a parseable line.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def encode(prefix: str, record: Mapping[str, object], *, always_list_nonfinite: bool) -> str:
+    """`prefix{compact json}` with every NaN/inf float written as null and named in "nonfinite"."""
+    clean: dict[str, object] = {}
+    nonfinite: list[str] = []
+    for key, value in record.items():
+        finite = not (isinstance(value, float) and not math.isfinite(value))
+        clean[key] = value if finite else None
+        if not finite:
+            nonfinite.append(key)
+    if nonfinite or always_list_nonfinite:
+        clean["nonfinite"] = nonfinite
+    return prefix + json.dumps(clean, separators=(",", ":"), allow_nan=False)
 
 
-def emit_metrics(workload: str, session: Session, metrics: dict[str, object]) -> None:
-    """Print one compact `KT2T_METRICS {json}` line with the rank's identity and its metrics."""
-    record: dict[str, object] = {
-        "workload": workload,
-        "rank": session.env.rank,
-        "world_size": session.env.world_size,
-        "local_rank": session.env.local_rank,
-        "node": node_name(),
-        "device": str(session.device),
-        "backend": session.backend,
-        "launcher": session.env.launcher,
-        "restart_count": session.env.restart_count,
-    }
-    record.update({key: _finite_or_none(value) for key, value in metrics.items()})
-    say(METRICS_PREFIX + json.dumps(record, separators=(",", ":"), allow_nan=False))
+class Reporter:
+    """One rank's KT2T_STEP lines and its final KT2T_METRICS record (the contract above).
+
+    It remembers the first and last loss and the last step, so every workload reports them under
+    the same keys, and it adds the rank's identity and compute probe to the final record.
+    """
+
+    def __init__(self, workload: str, session: Session, probe: Mapping[str, object]) -> None:
+        self.workload = workload
+        self.session = session
+        self.probe = dict(probe)
+        self.steps_requested: int | None = None
+        self.loss_first: float | None = None
+        self.loss_last: float | None = None
+        self._steps_run = 0
+        self._last_step: int | None = None
+        self._unprinted: dict[str, object] | None = None
+
+    def step(self, step: int, loss: float | None = None, ms: float | None = None, **values: object) -> None:
+        """Record one finished step; prints its KT2T_STEP line unless the bound leaves it out."""
+        record: dict[str, object] = {"rank": self.session.env.rank, "step": step}
+        if loss is not None:
+            record["loss"] = loss
+            self.loss_last = loss
+            if self.loss_first is None:
+                self.loss_first = loss
+        if ms is not None:
+            record["ms"] = ms
+        record.update(values)
+        self._steps_run += 1
+        self._last_step = step
+        if self._steps_run <= STEP_LINES_IN_FULL or step % STEP_LINES_EVERY == 0:
+            say(encode(STEP_PREFIX, record, always_list_nonfinite=False))
+            self._unprinted = None
+        else:
+            self._unprinted = record  # printed by finish() if it turns out to be the last
+
+    def finish(self, metrics: Mapping[str, object]) -> None:
+        """Print the rank's KT2T_METRICS record: identity, progress, loss, probe, then metrics."""
+        if self._unprinted is not None:
+            say(encode(STEP_PREFIX, self._unprinted, always_list_nonfinite=False))
+            self._unprinted = None
+        env = self.session.env
+        record: dict[str, object] = {
+            "workload": self.workload,
+            "rank": env.rank,
+            "world_size": env.world_size,
+            "local_rank": env.local_rank,
+            "node": node_name(),
+            "pod": pod_name(),
+            "device": str(self.session.device),
+            "backend": self.session.backend,
+            "launcher": env.launcher,
+            "restart_count": env.restart_count,
+            "steps_requested": self.steps_requested,
+            "steps_completed": 0 if self._last_step is None else self._last_step + 1,
+        }
+        if self.loss_first is not None:
+            record["loss_first"] = self.loss_first
+            record["loss_last"] = self.loss_last
+        record.update(self.probe)
+        record.update(metrics)
+        say(encode(METRICS_PREFIX, record, always_list_nonfinite=True))

@@ -28,6 +28,8 @@ from .pod_files import PodFiles, all_containers, apply_logs
 
 # The canned log of a pod whose failure is injected, unless the pod names one.
 FAILURE_CANNED_LOG = "bert-mpirun-missing-env"
+# The label kubetest2-training's harness puts on every pod of a job (harness/labels.py JOB_LABEL).
+JOB_LABEL = "kubetest2-training/job"
 # An annotation value becomes a file name: no path separators, no dot-dot.
 CANNED_LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # Replaced in a canned log name by the pod's index in its job (pod_index).
@@ -88,8 +90,18 @@ class CannedPods:
             if log_file.exists():
                 mark_exited(log_file)
 
+    @staticmethod
+    def log_of_set(folder: Path, job: str, container: str) -> Path:
+        """A set of canned logs (a folder) serves a run of several tests: `<job>.<container>.log`,
+        else `<job>.log` (the job label the harness puts on every pod), else `default.log`."""
+        for candidate in (f"{job}.{container}.log", f"{job}.log", "default.log"):
+            if CANNED_LOG_NAME.match(candidate) and (folder / candidate).is_file():
+                return folder / candidate
+        return folder / f"{job or 'default'}.log"
+
     def lines(self, pod: dict[str, Any], container: str) -> list[str]:
         annotations = pod["metadata"].get("annotations") or {}
+        labels = pod["metadata"].get("labels") or {}
         if annotations.get(FAIL_ANNOTATION) == "image-pull":
             return []  # the container never ran
         name = annotations.get(f"{CANNED_LOG_ANNOTATION}-{container}") or annotations.get(CANNED_LOG_ANNOTATION)
@@ -105,6 +117,8 @@ class CannedPods:
         if not CANNED_LOG_NAME.match(name):
             return [f"kwok node agent: invalid canned log name {name!r}"]
         path = self.canned_logs_dir / f"{name}.log"
+        if (self.canned_logs_dir / name).is_dir():
+            path = self.log_of_set(self.canned_logs_dir / name, labels.get(JOB_LABEL, ""), container)
         try:
             return path.read_text(errors="replace").splitlines()
         except OSError:

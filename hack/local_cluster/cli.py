@@ -15,7 +15,7 @@ EPILOG = f"""\
 environment:
   KT2T_STATE          state folder (default ~/.local/state/kubetest2-training/cluster)
   KT2T_CACHE          binary cache (default ~/.cache/kubetest2-training)
-  KT2T_NODE_SHAPE     cpu | gpu nodes made by `up` (default cpu)
+  KT2T_NODE_SHAPE     cpu | gpu | p5 | p3 nodes made by `up` (default cpu)
   KT2T_NODE_COUNT     how many (default 2)
   KT2T_NODE_EFA       vpc.amazonaws.com/efa per gpu node (default 0)
   KT2T_DEFAULT_CANNED_LOG  canned log of canned pods that name none: MPIJob pods, pods without a

@@ -48,6 +48,10 @@ SHAPES: dict[str, NodeShape] = {
     "cpu": NodeShape("cpu", "kwok-cpu", cpu="16", memory="64Gi", gpus=0, max_efa=0),
     # p4d.24xlarge: 8 A100, 96 vCPUs, 1152 GiB, 4 EFA interfaces.
     "gpu": NodeShape("gpu", "p4d.24xlarge", cpu="96", memory="1152Gi", gpus=8, max_efa=4),
+    # The instance types of upstream's CI lines, so they run here verbatim: p5.48xlarge (8 H100,
+    # 192 vCPUs, 2048 GiB, 32 EFA interfaces) and p3.16xlarge (8 V100, 64 vCPUs, 488 GiB, no EFA).
+    "p5": NodeShape("p5", "p5.48xlarge", cpu="192", memory="2048Gi", gpus=8, max_efa=32),
+    "p3": NodeShape("p3", "p3.16xlarge", cpu="64", memory="488Gi", gpus=8, max_efa=0),
 }
 
 

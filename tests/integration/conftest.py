@@ -31,12 +31,14 @@ LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
 DEFAULT_NODE_SHAPE = ("cpu", 2, 0)
 # Annotations the local cluster's node agent reads: canned logs and injected faults (hack/README.md).
 INJECT = "kubetest2-training.local/"
-DEFAULT_CANNED_LOG = "bert-mpirun-32ranks"
+# Ranks 0 and 1 of the upstream 32-rank run: the default nodes' world size (2 CPU nodes x 1 process);
+# the verdict fails a log with ranks beyond the job's world size.
+DEFAULT_CANNED_LOG = "bert-mpirun-2ranks"
 
 
 def canned_by_default(annotations: dict[str, str] | None) -> dict[str, str]:
     """kwok's stages and canned lines, not real execution: a pod without a `fail` annotation gets
-    the canned log `bert-mpirun-32ranks` unless it names one."""
+    the canned log `bert-mpirun-2ranks` unless it names one."""
     annotations = dict(annotations or {})
     if INJECT + "fail" not in annotations:
         annotations.setdefault(INJECT + "canned-log", DEFAULT_CANNED_LOG)

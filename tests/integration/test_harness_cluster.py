@@ -257,7 +257,9 @@ def test_discovery_on_gpu_nodes_with_efa(default_nodes: LocalCluster, kube: Clus
     assert (topology.node_type, topology.node_count, topology.gpus_per_node, topology.efa_per_node) == (
         "p4d.24xlarge", 2, 8, 4)
     assert [n.gpus for n in topology.nodes] == [8, 8]
-    assert str(topology.origins["gpus_per_node"]) == "discovered: nvidia.com/gpu capacity"
+    # What a p4d.24xlarge should have (the table), not the fewest a node advertises.
+    assert str(topology.origins["gpus_per_node"]) == ("derived: nvidia.com/gpu: p4d.24xlarge table in "
+                                                      "harness/thresholds.yaml (source aws-ec2-specs)")
     with pytest.raises(ConfigError, match="NODE_COUNT=3 but only 2 Ready p4d.24xlarge nodes"):
         discover(kube, cfg_for(NODE_COUNT="3"), CancelToken())
     with pytest.raises(ConfigError, match="no Ready node of type 'p5.48xlarge'"):
@@ -270,6 +272,9 @@ TEMPLATE_FIELDS = {
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"],
                     "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1},
     "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]},
+    "daemonset.yaml": {"Command": ["sh", "-c", "true"],
+                       "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
+                       "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]},
     "rbac.yaml": {},
 }
 

@@ -8,6 +8,7 @@ server restart, and a ServiceAccount bound to manifests/rbac.yaml.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
 # Canned (kwok's stages keep the pods running): real BERT would take minutes on 2 cores.
-CANNED = f"{INJECT}canned-log=bert-mpirun-32ranks"
+CANNED = f"{INJECT}canned-log=bert-mpirun-2ranks"
 LONG_RUNNING = f"{INJECT}run-duration=10m,{CANNED}"
 
 
@@ -96,7 +97,10 @@ def test_signal_mid_test_captures_cleans_up_and_writes_junit(cluster: LocalClust
 def test_go_test_timeout_fails_running_test_with_timeout(cluster: LocalCluster, tmp_path: Path):
     process, namespace = start(cluster, tmp_path, "--test.timeout=8s", env={"POD_ANNOTATIONS": LONG_RUNNING})
     code, output = finish(process)
-    assert code == 1, output
+    assert code == 2, output  # Go's exit status for a test binary that panics on -test.timeout
+    # Go's panic header, printed last, after the logs were captured and JUnit written.
+    assert re.search(r"panic: test timed out after 8s\n\trunning tests:\n\t\tTestBertTraining \(\d+s\)\s*$", output), \
+        output[-500:]
     assert failure_of(tmp_path).message.startswith("TIMEOUT: -test.timeout 8s expired")
     assert_logs_captured(tmp_path)
     assert namespace_gone_or_terminating(cluster, namespace)

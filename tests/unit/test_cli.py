@@ -8,7 +8,7 @@ import pytest
 
 from harness.cli import parse_args, usage, wants_help
 from harness.errors import UsageError
-from harness.suite import Selector, Suite, TestCase, listed, split_run_pattern
+from harness.suite import Feature, Selector, Suite, TestCase, listed, split_run_pattern
 
 
 @pytest.mark.parametrize("argv", [
@@ -68,7 +68,7 @@ def test_run_pattern_split_like_go():
 
 
 def test_selector_levels():
-    sel = Selector(tuple(re.compile(p) for p in split_run_pattern("^TestNCCLTests$/multi")))
+    sel = Selector(run=tuple(re.compile(p) for p in split_run_pattern("^TestNCCLTests$/multi")))
     assert sel.matches("TestNCCLTests")
     assert sel.matches("TestNCCLTests/multi-node")
     assert not sel.matches("TestNCCLTests/single-node")
@@ -76,7 +76,8 @@ def test_selector_levels():
 
 
 def test_selector_picks_the_suites_tests_and_list_filters_names():
-    suite = Suite("b", "s", [TestCase("TestA", lambda t: None), TestCase("TestB", lambda t: None)])
-    assert [t.name for t in Selector((re.compile("B"),)).select(suite)] == ["TestB"]
-    assert [t.name for t in Selector(skip_features=re.compile("A")).select(suite)] == ["TestB"]
+    suite = Suite("b", "s", [TestCase("TestA", (Feature("a", lambda t: None),)),
+                             TestCase("TestB", (Feature("b", lambda t: None),))])
+    assert [s.test.name for s in Selector(run=(re.compile("B"),)).select(suite)] == ["TestB"]
+    assert [s.test.name for s in Selector(skip_features=re.compile("a")).select(suite)] == ["TestB"]
     assert listed(suite, "Test") == ["TestA", "TestB"]

@@ -47,9 +47,9 @@ def test_flag_beats_env_beats_default():
     assert cfg.node_count is None  # left for discovery
 
 
-def test_upstream_image_flags_set_training_image():
+def test_upstream_image_flags_set_their_images():
     assert resolve_env({}, ["--bertTrainingImage", "repo/bert:1"]).training_image == "repo/bert:1"
-    assert resolve_env({}, ["-pytorchImage=repo/pt:2"]).training_image == "repo/pt:2"
+    assert resolve_env({}, ["-pytorchImage=repo/pt:2"]).pytorch_image == "repo/pt:2"
     assert resolve_env({}, ["--nvidiaTestImage=repo/nccl:3"]).nccl_tests_image == "repo/nccl:3"
 
 
@@ -151,7 +151,7 @@ def _accepts(field_type: object, value_type: object) -> bool:
 
 def test_every_setting_is_a_typed_field_and_every_field_a_setting():
     hints = typing.get_type_hints(Config)
-    fields = {f.name for f in dataclasses.fields(Config)} - {"origins"}
+    fields = {f.name for f in dataclasses.fields(Config)} - {"origins", "ignored_flags"}
     assert fields == {s.name for s in SETTINGS}
     for setting in SETTINGS:
         returns = typing.get_type_hints(setting.parse)["return"]
@@ -168,3 +168,13 @@ def test_resolved_values_have_the_declared_types():
                       ["--efaEnabled", "--test.timeout=1h"])
     assert (cfg.node_count, cfg.job_timeout, cfg.test_timeout) == (2, 300.0, 3600.0)
     assert cfg.pod_annotations == {"a": "1"} and cfg.keep_resources is True and cfg.efa_enabled is True
+
+
+def test_nccl_tests_min_bw_is_read_by_the_harness_not_passed_to_pods(monkeypatch):
+    """nccl-tests would judge it on the sweep's average and fail a healthy cluster (harness/bandwidth.py)."""
+    from harness.config import pod_environment_passthrough
+
+    monkeypatch.setenv("NCCL_TESTS_MIN_BW", "400")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    passed = pod_environment_passthrough()
+    assert passed.get("NCCL_DEBUG") == "INFO" and "NCCL_TESTS_MIN_BW" not in passed

@@ -7,7 +7,7 @@ import pytest
 
 from harness.cli import parse_args
 from harness.config import Origin, Source, properties, resolve
-from harness.discovery import _efa, select_nodes
+from harness.discovery import _efa, _gpus, select_nodes
 from harness.errors import ConfigError
 from harness.topology import NodeInfo, Topology
 
@@ -42,9 +42,18 @@ def test_node_count_above_the_ready_nodes_names_them():
         select_nodes([node("a")], cfg_for({"NODE_COUNT": "3"}))
 
 
-def test_efa_from_capacity_from_the_setting_or_none():
+def test_efa_from_the_table_or_the_most_advertised_never_the_fewest():
     nodes = [node("a", efa=4), node("b", efa=2)]
-    assert _efa(cfg_for(), "p4d", nodes) == (2, Origin(Source.DISCOVERED, "vpc.amazonaws.com/efa capacity"))
+    count, origin = _efa(cfg_for(), "p4d", nodes)  # not in the table: the most any node advertises
+    assert count == 4 and origin.source is Source.DISCOVERED and "the most any of the 2 p4d nodes" in origin.detail
+    count, origin = _efa(cfg_for(), "p5.48xlarge", [node("a", efa=32), node("b", efa=30)])
+    assert (count, origin.source) == (32, Source.DERIVED) and "p5.48xlarge table" in origin.detail
+    assert _efa(cfg_for(), "p5.48xlarge", [node("a", efa=0)]) == (
+        0, Origin(Source.DISCOVERED, "no node advertises vpc.amazonaws.com/efa"))
+
+
+def test_efa_from_the_setting_or_none():
+    nodes = [node("a", efa=4), node("b", efa=2)]
     assert _efa(cfg_for(argv=["--efaEnabled=false"]), "p4d", nodes) == (0, Origin(Source.FLAG, "--efaEnabled=false"))
     assert _efa(cfg_for({"EFA_PER_NODE": "1"}), "p4d", nodes) == (1, Origin(Source.ENV, "EFA_PER_NODE"))
     with pytest.raises(ConfigError, match="EFA_PER_NODE=3 but the p4d nodes advertise 2"):
@@ -65,3 +74,16 @@ def test_topology_shows_in_the_properties_under_the_settings_names():
     assert (props["config.node_count"], props["config.node_count.source"]) == ("2", "env: NODE_COUNT")
     assert props["config.gpus_per_node.source"] == "derived: one process per node with ACCELERATOR=cpu"
     assert topology.node_names == ("a", "b") and topology.node_count == 2
+
+
+def test_gpus_per_node_is_what_the_type_should_have_not_the_fewest(monkeypatch):
+    """8 and 7 advertised: a p4d.24xlarge should have 8 (the table); an unknown type the most seen."""
+    monkeypatch.setattr("harness.discovery.wait_for", lambda *a, **k: None)
+    for kind, origin in (("p4d.24xlarge", "p4d.24xlarge table"), ("custom.8gpu", "the most any of the 2")):
+        nodes = [node("a", kind, gpus=8), node("b", kind, gpus=7)]
+        selection = select_nodes(nodes, cfg_for())
+        usable, gpus, source = _gpus(None, cfg_for({"ACCELERATOR": "nvidia"}), selection, None)
+        assert gpus == 8 and origin in source.detail, source
+        assert [n.name for n in usable] == ["a", "b"]  # the short node stays in: TestGPUCapacity names it
+    _, gpus, source = _gpus(None, cfg_for({"GPUS_PER_NODE": "4"}), select_nodes(nodes, cfg_for()), None)
+    assert (gpus, source) == (4, Origin(Source.ENV, "GPUS_PER_NODE"))  # the setting wins

@@ -94,9 +94,25 @@ def test_every_declared_field_is_used_by_a_template():
 
 def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
     fields = {"JobName": "gpu-capacity-n1", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]}
+              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"],
+              "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}]}
     (job,) = render("per-node-job.yaml", fields)
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeName"] == "n1" and pod["containers"][0]["command"] == ["nvidia-smi", "-L"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert pod["containers"][0]["env"] == [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}]
     assert re.fullmatch(r"[a-z0-9-]+", job["metadata"]["name"])
+
+
+def test_daemonset_template_mounts_host_folders_read_only_on_the_node_type():
+    fields = {"JobName": "containerd-check", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
+              "Image": "img:1", "Command": ["sh", "-c", "true"], "Env": [],
+              "NodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+              "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
+              "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]}
+    (daemonset,) = render("daemonset.yaml", fields)
+    pod = daemonset["spec"]["template"]["spec"]
+    assert daemonset["spec"]["selector"]["matchLabels"] == daemonset["spec"]["template"]["metadata"]["labels"]
+    assert pod["volumes"][0]["hostPath"]["path"] == "/etc/containerd"
+    assert pod["containers"][0]["volumeMounts"][0]["readOnly"] is True
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}

@@ -17,7 +17,7 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-BINARIES = ("e2e-nvidia-training", "e2e-nvidia", "kubetest2-tester-training")
+BINARIES = ("e2e-nvidia-training", "e2e-nvidia", "kubetest2-tester-training", "nvidia.test", "nvidia-training.test")
 
 
 def dockerfile_copies() -> list[str]:
@@ -61,11 +61,12 @@ def test_python_stage_installs_without_torch_and_binaries_answer_help(tmp_path):
                             text=True, check=True).stdout.lower()
     assert "torch==" not in listed and "transformers==" not in listed
     # The manifests and threshold table ship as package data.
-    check = ("from harness.manifests import template_text; from harness.verdict import thresholds_for; "
-             "template_text('torchrun-job.yaml'); print(thresholds_for('p5.48xlarge').busbw_gbps)")
+    check = ("from harness.manifests import template_text; from harness.thresholds import node_type; "
+             "template_text('torchrun-job.yaml'); template_text('addons/mpi-operator.yaml'); "
+             "print(node_type('p5.48xlarge').busbw_floors[('single-node', 'all_reduce')][0].gbps)")
     done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, check=True,
                           cwd=tmp_path)
-    assert done.stdout.strip() == "460"
+    assert done.stdout.strip() == "460.0"
 
 
 def test_sys_executable_is_the_project_venv():

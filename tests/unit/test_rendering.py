@@ -74,7 +74,7 @@ def test_mpi_forwards_every_variable_of_the_launcher_with_x():
     command = launcher["command"]
     forwarded = [command[i + 1] for i, arg in enumerate(command) if arg == "-x"]
     assert forwarded == ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NUM_GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
-                         "ACCELERATOR", "PYTHONUNBUFFERED", "EXTRA"]
+                         "ACCELERATOR", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "EXTRA"]
     assert set(forwarded) - {"PATH", "LD_LIBRARY_PATH"} == set(env_of(launcher))  # nothing set is left behind
     assert command[command.index("-np") + 1] == "4"
     assert command[-5:] == ["python", "-m", "workloads.bert", "--size", "tiny"]
@@ -119,3 +119,20 @@ def test_ranks_are_located_on_their_pods_and_nodes():
                                            3: ("j-1-def", "n1")}
     mpi = [pod("j-launcher", "n0"), pod("j-worker-1", "n1"), pod("j-worker-0", "n0")]
     assert rank_locations(mpi, 1) == {0: ("j-worker-0", "n0"), 1: ("j-worker-1", "n1")}
+
+
+def test_torchrun_pods_prefer_one_node_each_on_cpu_nodes_too():
+    """A straggler is named by node: two ranks on one CPU node would hide which node is slow."""
+    _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement("cpu", per_node=1))
+    pod = job["spec"]["template"]
+    (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_cpu_processes_use_the_one_cpu_they_request():
+    _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement("cpu", per_node=1))
+    assert env_of(container(job))["OMP_NUM_THREADS"] == "1"
+    assert container(job)["resources"] == {"requests": {"cpu": "1"}}
+    _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement())
+    assert "OMP_NUM_THREADS" not in env_of(container(job))

@@ -4,7 +4,6 @@ JUnit that cannot be written at the end failing the run."""
 from __future__ import annotations
 
 import shutil
-import signal
 
 import junitparser
 import pytest
@@ -15,14 +14,7 @@ from harness.runner import EXIT_FAIL, EXIT_PASS, main
 from harness.suite import Suite
 from harness.testing import TestContext
 
-
-@pytest.fixture(autouse=True)
-def keep_signal_handlers():
-    """The runner installs its own SIGTERM/SIGINT/SIGHUP handlers; pytest keeps its own."""
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
+pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
 
 
 def passes(t: TestContext) -> None:

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 import pytest
-from workload_runs import REPO, Run, clean_env, free_port
+from workload_runs import REPO, TORCHRUN, Run, clean_env, free_port, run_python
 
 
 @pytest.fixture
@@ -21,20 +21,7 @@ def torchrun() -> Callable[..., Run]:
         env: Mapping[str, str] | None = None,
         timeout: float = 150,
     ) -> Run:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            *torchrun_args,
-            "-m",
-            f"workloads.{name}",
-            *args,
-        ]
-        proc = subprocess.run(
-            cmd, cwd=REPO, env=clean_env(env), capture_output=True, text=True, timeout=timeout, check=False
-        )
+        proc = run_python(*TORCHRUN, *torchrun_args, "-m", f"workloads.{name}", *args, env=env, timeout=timeout)
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
     return launch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from workload_runs import assert_harness_parses
+from workload_runs import assert_harness_parses, assert_reported
 
 pytest.importorskip("torch")
 
@@ -29,8 +29,10 @@ def test_allreduce_prints_nccl_tests_table(torchrun, tmp_path):
         assert r.group(5) == r.group(4)
     assert "# Out of bounds values : 0 OK" in lines
     [avg] = [ln for ln in lines if ln.startswith("# Avg bus bandwidth    : ")]
-    metrics = run.metrics
-    assert [m["rank"] for m in metrics] == [0, 1]
+    metrics = assert_reported(run, "allreduce", training=False)
+    for records in run.steps.values():  # a step per message size, on every rank
+        assert [r["bytes"] for r in records] == [8 << i for i in range(14)]
+        assert all(r["wrong"] == 0 and r["busbw"] == r["algbw"] > 0 for r in records)
     assert metrics[0]["busbw_avg"] == metrics[1]["busbw_avg"] == pytest.approx(float(avg.split(":")[1]), rel=1e-4)
     assert metrics[0]["max_bytes"] == 64 << 10
     assert_harness_parses(run, tmp_path, "allreduce")

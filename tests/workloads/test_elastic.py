@@ -38,11 +38,18 @@ def test_nanogpt_resumes_after_rank_failure(torchrun, tmp_path):
     assert run.stdout.count("resumed from step 20") == 1, run.explain()  # rank 0 only
     lines = run.stdout.splitlines()
     resumed_at = lines.index("resumed from step 20")
-    assert lines[resumed_at + 1].startswith("iter 20: ")
+    [first_iter_after] = [ln for ln in lines[resumed_at:] if ln.startswith("iter ")][:1]
+    assert first_iter_after.startswith("iter 20: ")
     metrics = run.metrics
     assert [m["rank"] for m in metrics] == [0, 1], run.explain()  # the failed attempt never got this far
     for m in metrics:
         assert m["restart_count"] == 1
         assert m["resumed_from_step"] == 20
         assert m["iterations"] == 20 and m["final_step"] == 40
+        assert m["steps_requested"] == m["steps_completed"] == 40  # counted over the whole job
     assert len({m["params_checksum"] for m in metrics}) == 1
+    # Both attempts printed their step lines: 0..24 (rank 1 died before 25), then 20..39 again.
+    for rank, records in run.steps.items():
+        steps = [r["step"] for r in records]
+        assert steps[-20:] == list(range(20, 40)), (rank, steps)
+        assert steps[0] == 0 and set(steps[:-20]) <= set(range(25)), (rank, steps)

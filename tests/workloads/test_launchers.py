@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 
 import pytest
-from workload_runs import REPO, assert_trained, clean_env
+from workload_runs import assert_trained, run_python
 
 pytest.importorskip("torch")
 
@@ -31,15 +30,7 @@ def test_openmpi_variables_reach_lightning(mpi_ranks):
 
 
 def run_module(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", f"workloads.{name}", *args],
-        cwd=REPO,
-        env=clean_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python("-m", f"workloads.{name}", *args, env=env, timeout=120)
 
 
 @pytest.mark.timeout(150)

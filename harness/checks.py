@@ -1,0 +1,116 @@
+"""A verdict as a list of named checks, each pass / fail / not-applicable with its message.
+
+A test fails when any check fails; its failure message is the first failing check's. Every check
+is recorded (JUnit `check.<name>` = `status: message`, `checks.ran`, result.json `checks`), so a
+reader sees what was judged, what passed and what did not apply and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from harness.errors import TestFailure, ThresholdMissed
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "not-applicable"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome; measured/expected/unit when it compared a figure with a threshold."""
+
+    name: str
+    status: Status
+    message: str
+    # The figure compared and the threshold it was compared with, when there was one.
+    measured: float | None = None
+    expected: float | None = None
+    unit: str = ""
+    # A threshold missed (ThresholdMissed) rather than a broken run (TestFailure).
+    threshold: bool = False
+
+    @classmethod
+    def passed(cls, name: str, message: str, **figures: Any) -> Check:
+        return cls(name, Status.PASS, message, **figures)
+
+    @classmethod
+    def failed(cls, name: str, message: str, **figures: Any) -> Check:
+        return cls(name, Status.FAIL, message, **figures)
+
+    @classmethod
+    def not_applicable(cls, name: str, message: str) -> Check:
+        return cls(name, Status.NOT_APPLICABLE, message)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "status": self.status.value, "message": self.message}
+        for key in ("measured", "expected"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.unit:
+            out["unit"] = self.unit
+        return out
+
+
+@dataclass
+class Verdict:
+    """Every check of one test, in the order they ran, and what the report draws beside them."""
+
+    checks: list[Check] = field(default_factory=list)
+    # Lines drawn on the per-rank charts (result.json metrics.references) and the ranks named slow.
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    slow_ranks: set[int] = field(default_factory=set)
+
+    def add(self, checks: Check | Iterable[Check]) -> None:
+        self.checks.extend([checks] if isinstance(checks, Check) else checks)
+
+    def extend(self, other: Verdict) -> None:
+        self.checks.extend(other.checks)
+        self.references.update(other.references)
+        self.slow_ranks |= other.slow_ranks
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status is Status.FAIL]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        """`N checks: passed a, b; not applicable: c (why); failed: d`."""
+        by_status = {s: [c for c in self.checks if c.status is s] for s in Status}
+        parts = [f"{len(self.checks)} checks ran"]
+        if by_status[Status.PASS]:
+            parts.append("passed: " + ", ".join(c.name for c in by_status[Status.PASS]))
+        if by_status[Status.NOT_APPLICABLE]:
+            not_applicable = by_status[Status.NOT_APPLICABLE]
+            parts.append("not applicable: " + ", ".join(f"{c.name} ({c.message})" for c in not_applicable))
+        if by_status[Status.FAIL]:
+            parts.append("failed: " + ", ".join(c.name for c in by_status[Status.FAIL]))
+        return "; ".join(parts)
+
+    def properties(self) -> dict[str, str]:
+        """JUnit properties: check.<name> = `status: message`, and checks.ran."""
+        props = {f"check.{c.name}": f"{c.status.value}: {c.message}" for c in self.checks}
+        props["checks.ran"] = ",".join(c.name for c in self.checks)
+        return props
+
+    def lines(self) -> list[str]:
+        """One line per check, as printed by `python -m harness.verdict` and the test's log."""
+        return [f"{c.status.value.upper():<14} {c.name}: {c.message}" for c in self.checks]
+
+    def raise_if_failed(self) -> None:
+        """TestFailure (ThresholdMissed for a threshold) with the first failing check's message;
+        the others follow on the next lines."""
+        failures = self.failures
+        if not failures:
+            return
+        first = failures[0]
+        others = "".join(f"\nalso failed: {c.name}: {c.message}" for c in failures[1:])
+        raise (ThresholdMissed if first.threshold else TestFailure)(first.message + others)

@@ -1,0 +1,49 @@
+"""GPU and EFA capacity judged against what the node type should have: a degraded node never lowers
+the bar, it is named with what it advertises."""
+
+from __future__ import annotations
+
+from harness.capacity import Expected, check_advertised, check_gpus_seen, expected_per_node, judge_advertised
+from harness.checks import Status
+from harness.config import Origin, Source
+from harness.topology import EFA_RESOURCE, GPU_RESOURCE, NodeInfo, Topology
+
+
+def node(name: str, kind: str = "p4d.24xlarge", gpus: int = 8, efa: int = 4) -> NodeInfo:
+    return NodeInfo(name, kind, gpus, efa, True)
+
+
+def test_a_node_that_lost_a_gpu_fails_naming_it_and_what_it_advertises():
+    nodes = [node("ip-10-0-1-5"), node("ip-10-0-1-6", gpus=7)]
+    expected = expected_per_node("p4d.24xlarge", nodes, GPU_RESOURCE)
+    assert (expected.count, expected.from_table) == (8, True)
+    check = check_advertised(nodes, GPU_RESOURCE, expected)
+    assert check.status is Status.FAIL
+    assert check.message.startswith("capacity: node ip-10-0-1-6 advertises 7 nvidia.com/gpu, expected 8 per node "
+                                    "(p4d.24xlarge table in harness/thresholds.yaml (source aws-ec2-specs))")
+
+
+def test_an_unknown_type_takes_the_most_advertised_not_the_fewest():
+    nodes = [node("a", "custom", gpus=7), node("b", "custom", gpus=8)]
+    expected = expected_per_node("custom", nodes, GPU_RESOURCE)
+    assert (expected.count, expected.from_table) == (8, False)
+    assert "node a advertises 7" in check_advertised(nodes, GPU_RESOURCE, expected).message
+
+
+def test_efa_is_judged_when_in_use_and_not_applicable_otherwise():
+    origins = {"gpus_per_node": Origin(Source.DERIVED, "nvidia.com/gpu: p5.48xlarge table"),
+               "efa_per_node": Origin(Source.DERIVED, "vpc.amazonaws.com/efa: p5.48xlarge table")}
+    nodes = (node("a", "p5.48xlarge", efa=32), node("b", "p5.48xlarge", efa=31))
+    verdict = judge_advertised(Topology("p5.48xlarge", nodes, 8, 32, origins))
+    (efa,) = verdict.failures
+    assert efa.name == "capacity.efa" and "node b advertises 31 vpc.amazonaws.com/efa, expected 32" in efa.message
+    origins["efa_per_node"] = Origin(Source.DISCOVERED, "no node advertises vpc.amazonaws.com/efa")
+    verdict = judge_advertised(Topology("p5.48xlarge", (node("a", efa=0),), 8, 0, origins))
+    assert verdict.passed and verdict.checks[1].status is Status.NOT_APPLICABLE
+    assert check_advertised([node("a", efa=2)], EFA_RESOURCE, Expected(2, "EFA_PER_NODE", False)).status is Status.PASS
+
+
+def test_each_pod_must_see_every_gpu_of_its_node():
+    check = check_gpus_seen([("p0", "a", 8), ("p1", "b", 6)], 8)
+    assert check.message == "capacity: pod p1 on node b sees 6 GPUs, expected 8"
+    assert check_gpus_seen([("p0", "a", 8)], 8).status is Status.PASS

@@ -1,0 +1,38 @@
+"""A container's processes: its session and every descendant, also one that started its own session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from local_cluster.sessions import members_of_sessions, signal_container
+
+# The container's main process (a session leader) starts a child in a session of its own, as
+# torchrun starts its workers, then both sleep.
+SPAWN = ("import subprocess, sys, time; "
+         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+         "print(child.pid, flush=True); time.sleep(60)")
+
+
+def test_a_descendant_in_another_session_belongs_to_the_container():
+    main = subprocess.Popen([sys.executable, "-c", SPAWN], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert main.stdout is not None
+        worker = int(main.stdout.readline())
+        assert os.getsid(worker) != main.pid  # the worker left the container's session
+        members = members_of_sessions({main.pid})
+        assert members == {main.pid: main.pid, worker: main.pid}
+        signal_container(main.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while members_of_sessions({main.pid}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not members_of_sessions({main.pid}), "the worker outlived its container"
+    finally:
+        main.kill()
+        main.wait()

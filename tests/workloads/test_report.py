@@ -1,0 +1,111 @@
+"""The KT2T_STEP / KT2T_METRICS contract in-process: encoding, the bound on step lines, the probe."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from workloads import probe, report  # noqa: E402 - after the torch skip
+from workloads.distributed import DistEnv, Session  # noqa: E402
+
+pytestmark = pytest.mark.workloads
+
+
+def session(rank: int = 1) -> Session:
+    return Session(DistEnv("torchrun", rank, rank, 2, 2, 0, 0), torch.device("cpu"), "gloo")
+
+
+def lines(out: str, prefix: str) -> list[dict]:
+    return [json.loads(line.removeprefix(prefix)) for line in out.splitlines() if line.startswith(prefix)]
+
+
+def test_nonfinite_values_become_null_and_are_named():
+    line = report.encode("X ", {"a": 1.0, "b": math.nan, "c": -math.inf, "d": "text"}, always_list_nonfinite=False)
+    assert line == 'X {"a":1.0,"b":null,"c":null,"d":"text","nonfinite":["b","c"]}'
+    assert report.encode("X ", {"a": 1}, always_list_nonfinite=True) == 'X {"a":1,"nonfinite":[]}'
+    assert report.encode("X ", {"a": 1}, always_list_nonfinite=False) == 'X {"a":1}'
+
+
+def test_a_nan_loss_is_null_and_listed_in_the_record(capfd, monkeypatch):
+    monkeypatch.setenv("POD_NAME", "bert-training-worker-1")
+    monkeypatch.setenv("NODE_NAME", "ip-10-0-1-5")
+    reporter = report.Reporter("bert", session(), {"probe_matmul_tflops": 0.05})
+    reporter.steps_requested = 3
+    reporter.step(0, 5.3, 12.5)
+    reporter.step(1, math.nan, 11.0)
+    reporter.step(2, math.inf, 10.0)
+    reporter.finish({"throughput": math.nan})
+    out = capfd.readouterr().out
+    steps = lines(out, report.STEP_PREFIX)
+    assert steps[0] == {"rank": 1, "step": 0, "loss": 5.3, "ms": 12.5}
+    assert steps[1] == {"rank": 1, "step": 1, "loss": None, "ms": 11.0, "nonfinite": ["loss"]}
+    [record] = lines(out, report.METRICS_PREFIX)
+    assert record["loss_first"] == 5.3
+    assert record["loss_last"] is None and record["throughput"] is None
+    assert record["nonfinite"] == ["loss_last", "throughput"]
+    assert (record["pod"], record["node"], record["rank"], record["world_size"]) == (
+        "bert-training-worker-1",
+        "ip-10-0-1-5",
+        1,
+        2,
+    )
+    assert (record["steps_requested"], record["steps_completed"]) == (3, 3)
+    assert record["probe_matmul_tflops"] == 0.05
+
+
+def test_pod_is_null_outside_kubernetes(capfd, monkeypatch):
+    monkeypatch.delenv("POD_NAME", raising=False)
+    report.Reporter("allreduce", session(), {}).finish({})
+    [record] = lines(capfd.readouterr().out, report.METRICS_PREFIX)
+    assert record["pod"] is None
+    assert record["steps_completed"] == 0 and "loss_first" not in record  # no loss: not a training workload
+
+
+def test_step_lines_are_bounded_and_the_last_step_is_always_printed(capfd):
+    reporter = report.Reporter("nanogpt", session(0), {})
+    total = report.STEP_LINES_IN_FULL + 2 * report.STEP_LINES_EVERY + 5  # 0 .. 1204
+    for step in range(total):
+        reporter.step(step, 1.0)
+    reporter.finish({})
+    printed = [s["step"] for s in lines(capfd.readouterr().out, report.STEP_PREFIX)]
+    assert printed == [*range(report.STEP_LINES_IN_FULL), 1000, 1100, 1200, total - 1]
+
+
+def test_a_resumed_run_counts_steps_over_the_whole_job(capfd):
+    reporter = report.Reporter("nanogpt", session(0), {})
+    reporter.steps_requested = 40
+    for step in range(20, 40):
+        reporter.step(step, 1.0)
+    reporter.finish({})
+    [record] = lines(capfd.readouterr().out, report.METRICS_PREFIX)
+    assert (record["steps_requested"], record["steps_completed"]) == (40, 40)
+
+
+def test_matmul_probe_on_cpu_is_fp32_and_time_boxed(monkeypatch):
+    monkeypatch.setenv(probe.PROBE_SECONDS_VARIABLE, "0.3")
+    record = probe.compute_probe(torch.device("cpu"))
+    assert record["probe_matmul_dtype"] == "float32" and record["probe_matmul_n"] == probe.MATMUL_N["cpu"]
+    assert 0 < record["probe_matmul_tflops"] < 100  # a CPU core: far below any GPU
+    assert "probe_h2d_gbps" not in record  # GPUs only
+    # Time-boxed: the box plus a warm-up, not a fixed count of products.
+    assert 0.3 <= record["probe_seconds"] < 1.3
+
+
+def test_probe_length_is_a_setting_with_a_named_error():
+    assert probe.probe_seconds({}) == probe.MATMUL_SECONDS == 2.0
+    assert probe.probe_seconds({"KT2T_PROBE_SECONDS": "0.5"}) == 0.5
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        with pytest.raises(probe.EnvError, match=f"KT2T_PROBE_SECONDS='{bad}' must be a number of seconds > 0"):
+            probe.probe_seconds({"KT2T_PROBE_SECONDS": bad})
+
+
+def test_compute_time_leaves_no_gradient_behind():
+    model = torch.nn.Linear(64, 64)
+    batch = torch.randn(32, 64)
+    ms = probe.compute_ms_per_step(model, lambda: model(batch).sum().backward(), torch.device("cpu"))
+    assert ms > 0
+    assert all(p.grad is None for p in model.parameters())

@@ -1,0 +1,145 @@
+"""Per-rank compute probes that no collective can slow down: a matmul's TFLOPS, host-to-device GB/s.
+
+In synchronous data-parallel training every rank waits for the slowest at each all-reduce, so a
+slow GPU or node makes every rank's throughput equally slow. These figures are measured on the
+rank's own device with no communication in the timed region, so the harness can compare ranks on
+them and name the slow one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from workloads.distributed import EnvError
+
+# Square matmul sizes: large enough to be compute-bound, small enough that the probe stays short.
+# CPU fp32 at 512: ~7 ms per product on one core (torchrun gives each rank one thread).
+# GPU bf16 at 8192: ~1.1 TFLOP per product, ~2 ms on an H100.
+MATMUL_N = {"cpu": 512, "cuda": 8192}
+# Time spent in timed products (the probe's cost, plus warm-up), unless KT2T_PROBE_SECONDS says
+# otherwise. Two ranks probing at once on a shared, busy 2-core machine measured ratios down to 0.51
+# at 0.25 s, 0.63 at 1 s and 0.89 at 2 s between healthy ranks, against a straggler threshold of
+# 0.7 (STRAGGLER_FRACTION): a short probe would name healthy ranks. The local cluster's slow node
+# stops processes in 100 ms windows, which a probe must span many of.
+MATMUL_SECONDS = 2.0
+PROBE_SECONDS_VARIABLE = "KT2T_PROBE_SECONDS"
+MATMUL_WARMUP = 2
+H2D_BYTES = 64 << 20  # one pinned copy: ~1.3 ms on PCIe 5 x16; pinned blocks stay cached, so keep it small
+H2D_COPIES = 20
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a GPU (kernels run asynchronously); nothing to wait for on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_tflops(device: torch.device, seconds: float = MATMUL_SECONDS) -> dict[str, float | int | str]:
+    """TFLOPS of repeated n x n products on device: bf16 on GPU (tensor cores), fp32 on CPU.
+
+    Time-boxed rather than a fixed count, so the probe costs the same on a slow CPU and a fast GPU.
+    """
+    n = MATMUL_N["cuda" if device.type == "cuda" else "cpu"]
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(MATMUL_WARMUP):
+        torch.mm(a, b)
+    synchronize(device)
+    # Batches of about a tenth of the budget between synchronisations: few syncs, little overshoot.
+    per_product = (time.perf_counter() - start) / MATMUL_WARMUP
+    batch = max(1, int(seconds / 10 / max(per_product, 1e-9)))
+    products = 0
+    start = time.perf_counter()
+    elapsed = 0.0
+    while elapsed < seconds:
+        for _ in range(batch):
+            torch.mm(a, b)
+        synchronize(device)  # a GPU queues products asynchronously: time what really ran
+        products += batch
+        elapsed = time.perf_counter() - start
+    return {
+        "probe_matmul_tflops": 2 * n**3 * products / elapsed / 1e12,
+        "probe_matmul_n": n,
+        "probe_matmul_dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def h2d_gbps(device: torch.device) -> float:
+    """Host-to-device copy bandwidth from pinned memory, in GB/s (1e9 bytes): the PCIe link's health."""
+    host = torch.empty(H2D_BYTES, dtype=torch.uint8, pin_memory=True)
+    target = torch.empty(H2D_BYTES, dtype=torch.uint8, device=device)
+    target.copy_(host, non_blocking=True)  # warm-up: maps the pinned pages
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(H2D_COPIES):
+        target.copy_(host, non_blocking=True)
+    synchronize(device)
+    return H2D_BYTES * H2D_COPIES / (time.perf_counter() - start) / 1e9
+
+
+def probe_seconds(env: Mapping[str, str] | None = None) -> float:
+    """KT2T_PROBE_SECONDS (a number > 0), else MATMUL_SECONDS."""
+    raw = (os.environ if env is None else env).get(PROBE_SECONDS_VARIABLE, "")
+    if raw == "":
+        return MATMUL_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise EnvError(f"{PROBE_SECONDS_VARIABLE}={raw!r} must be a number of seconds > 0")
+    return seconds
+
+
+def compute_probe(device: torch.device) -> dict[str, float | int | str]:
+    """The probe record for this rank: matmul TFLOPS everywhere, H2D bandwidth on GPUs only."""
+    start = time.perf_counter()
+    record = matmul_tflops(device, probe_seconds())
+    if device.type == "cuda":
+        record["probe_h2d_gbps"] = h2d_gbps(device)
+    record["probe_seconds"] = time.perf_counter() - start
+    return record
+
+
+@contextlib.contextmanager
+def _no_sync(module: torch.nn.Module) -> Iterator[None]:
+    if isinstance(module, DistributedDataParallel):
+        with module.no_sync():
+            yield
+    else:
+        yield
+
+
+def compute_ms_per_step(
+    module: torch.nn.Module,
+    forward_backward: Callable[[], object],
+    device: torch.device,
+    steps: int = 3,
+    warmup: int = 1,
+) -> float:
+    """Median milliseconds of forward+backward with DDP's gradient all-reduce switched off.
+
+    Under `no_sync()` backward runs no collective, so this is the rank's own compute for a step;
+    the gradients it leaves are dropped, so training is not changed (no optimizer step runs).
+    """
+    times: list[float] = []
+    with _no_sync(module):
+        for _ in range(warmup + steps):
+            synchronize(device)
+            start = time.perf_counter()
+            forward_backward()
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+    module.zero_grad(set_to_none=True)
+    return statistics.median(times[warmup:]) * 1000
