@@ -86,7 +86,7 @@ PHASES = {
     "parse": ("captured", "parsed"),
     "verdict": ("parsed", "teardown"),  # metrics recorded as properties, the checks
     "teardown": ("teardown", "tested"),  # events, delete, namespace gone
-    "junit": ("tested", "finished"),  # JUnit and metadata.json written
+    "junit_report": ("tested", "finished"),  # JUnit, metadata.json and report.html written
 }
 
 
@@ -542,9 +542,9 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
     from harness.cancel import CancelToken
     from harness.cli import parse_args
     from harness.config import resolve
+    from harness.junit import write_junit
     from harness.launchers import LAUNCHERS as HARNESS_LAUNCHERS
     from harness.launchers import Workload
-    from harness.runner import write_results
     from harness.suite import Selector
     from harness.testing import Output, Session, TestContext
     from harness.topology import NodeInfo, Topology
@@ -571,7 +571,7 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
         job.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
         job._captured = captured
         with timed("log_excerpts"):
-            job._attach_excerpts(logs)
+            job._show_excerpts(logs)
         with timed("parse"):
             metrics = job.metrics()
         job.metrics = lambda: metrics  # type: ignore[method-assign]  # the test's own call: parsed above
@@ -580,7 +580,7 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
 
     TestContext(session, "TestBertTraining").execute(test)
     with timed("junit"):
-        write_results(SUITE, artifacts, session.results, {"tester-version": "bench"})
+        write_junit(SUITE.junit_path(artifacts), SUITE.binary, session.results, {"tester-version": "bench"})
     return {"timings": timings, "outcome": session.results[0].outcome.value,
             "message": session.results[0].message[:200],
             "peak_rss_mib": proc_status_mib(os.getpid(), "VmHWM"),
