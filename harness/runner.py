@@ -1,7 +1,7 @@
 """The Go-test-compatible runner: parse, resolve, check ARTIFACTS, select, set up (connect, device
 plugins, discover), run tests, remove what it installed, write JUnit, exit 0/1/2.
 
-JUnit is written on every exit path: success, test failure, a selection that matches nothing,
+JUnit, then report.html from it, is written on every exit path: success, test failure, a selection that matches nothing,
 usage or configuration error, -test.timeout (exit 2 with Go's panic header, after logs and JUnit),
 SIGTERM/SIGINT; a JUnit that cannot be written fails the run. The first signal cancels the run: the
 running test stops waiting, captures logs and cleans up; a second one cuts cleanup short, except
@@ -92,7 +92,24 @@ def write_results(suite: Suite, artifacts: Path, results: list[CaseResult], prop
     except OSError as exc:
         print(f"{suite.binary}: cannot write JUnit to {artifacts}: {exc}", file=sys.stderr)
         return False
+    write_run_report(suite.binary, artifacts)
     return True
+
+
+def write_run_report(binary: str, artifacts: Path) -> None:
+    """report.html from the artifacts just written (every binary of a run rewrites it with all of
+    them). The page is a view of the JUnit and result.json: when it cannot be made, the run says so
+    on stderr and its verdict stands."""
+    # Imported here, not at the top: the page's code (HTML, SVG) costs --help and -test.list
+    # about a third of their start-up, and they write no report.
+    from harness.report import write_report
+
+    try:
+        path = write_report(artifacts)
+    except Exception as exc:  # any failure of the view must leave the verdict intact
+        print(f"{binary}: warning: report.html not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    logging.getLogger(__name__).info("report: %s", path)
 
 
 def setup_error(suite: Suite, artifacts: Path, exc: HarnessError) -> int:

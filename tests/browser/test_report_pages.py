@@ -6,51 +6,15 @@ must show is taken from those fixtures, not written here again.
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
 from report_fixtures import HOSTILE, FixtureTest, ScenarioPage
+from report_in_browser import FACTS_JS, page_facts, png_size
 
 from .chromium import Chromium
-
-# What the page holds, read from the live DOM after layout.
-FACTS_JS = """(() => {
-  const all = (sel, root) => Array.from((root || document).querySelectorAll(sel));
-  const viewport = window.innerHeight;
-  return {
-    summary: all('table.summary tbody tr').map(row => ({
-      verdict: row.querySelector('[data-verdict]').dataset.verdict,
-      test: row.cells[2].innerText.replace(/\\s+\\S*$/, m => m.trim() === 'canned' ? '' : m).trim(),
-      reason: row.cells[6].innerText.trim(),
-      reasonVisible: row.cells[6].getBoundingClientRect().bottom <= viewport,
-    })),
-    sections: all('section.test').map(section => ({
-      outcome: section.dataset.outcome,
-      test: section.querySelector('h2').dataset.test,
-      charts: all('svg.chart', section).map(svg => ({
-        id: svg.id,
-        ranks: all('[data-rank]', svg).map(e => Number(e.dataset.rank)),
-        slow: all('[data-slow]', svg).map(e => Number(e.dataset.rank)),
-        visibleMarks: all('[data-rank]', svg).filter(e => e.getBoundingClientRect().width > 0).length,
-      })),
-    })),
-    links: all('a[href]').map(a => ({href: a.href, raw: a.getAttribute('href')})),
-    ids: all('[id]').map(e => e.id),
-    scripts: all('script').length,
-    bodyText: document.body.innerText,
-    background: getComputedStyle(document.body).backgroundColor,
-  };
-})()"""
-
-
-def page_facts(browser: Chromium, page: ScenarioPage, dark: bool = False) -> tuple[dict[str, Any], list[str]]:
-    """The DOM facts of the loaded page and every URL it requested."""
-    with browser.page(dark=dark) as tab:
-        tab.load(page.url)
-        return tab.evaluate(FACTS_JS), tab.requested_urls()
 
 
 def fixture_metrics(test: FixtureTest) -> dict[str, Any]:
@@ -62,7 +26,7 @@ def fixture_metrics(test: FixtureTest) -> dict[str, Any]:
 def test_page_shows_each_verdict_rank_count_and_straggler(browser: Chromium, report_pages: dict[str, ScenarioPage],
                                                           name: str) -> None:
     page = report_pages[name]
-    facts, _ = page_facts(browser, page)
+    facts, _ = page_facts(browser, page.url)
     assert [(row["verdict"], row["test"]) for row in facts["summary"]] == \
         [(t.outcome, t.name) for t in page.tests]
     assert [s["outcome"] for s in facts["sections"]] == [t.outcome for t in page.tests]
@@ -82,7 +46,7 @@ def test_page_shows_each_verdict_rank_count_and_straggler(browser: Chromium, rep
 def test_failing_reason_is_visible_without_scrolling(browser: Chromium, report_pages: dict[str, ScenarioPage],
                                                      name: str) -> None:
     page = report_pages[name]
-    facts, _ = page_facts(browser, page)
+    facts, _ = page_facts(browser, page.url)
     failing = [row for row in facts["summary"] if row["verdict"] in ("FAIL", "ERROR")]
     assert failing
     for row, test in zip(failing, [t for t in page.tests if t.outcome in ("FAIL", "ERROR")], strict=True):
@@ -95,7 +59,7 @@ def test_failing_reason_is_visible_without_scrolling(browser: Chromium, report_p
 def test_links_resolve_to_files_in_the_artifacts_folder(browser: Chromium, report_pages: dict[str, ScenarioPage],
                                                         name: str) -> None:
     page = report_pages[name]
-    facts, _ = page_facts(browser, page)
+    facts, _ = page_facts(browser, page.url)
     files = [link for link in facts["links"] if not link["raw"].startswith("#")]
     assert files, "the page links no file"
     for link in files:
@@ -109,7 +73,7 @@ def test_links_resolve_to_files_in_the_artifacts_folder(browser: Chromium, repor
 
 def test_every_pod_log_is_linked(browser: Chromium, report_pages: dict[str, ScenarioPage]) -> None:
     page = report_pages["failed-pod"]
-    facts, _ = page_facts(browser, page)
+    facts, _ = page_facts(browser, page.url)
     linked = {Path(unquote(urlparse(link["href"]).path)).name for link in facts["links"]}
     logs = [Path(log).name for pod in page.tests[0].result["pods"] for log in pod["logs"]]
     assert logs and set(logs) <= linked
@@ -160,16 +124,10 @@ def test_hostile_names_stay_text(browser: Chromium, report_pages: dict[str, Scen
 
 
 def test_dark_theme_follows_the_system(browser: Chromium, report_pages: dict[str, ScenarioPage]) -> None:
-    light, _ = page_facts(browser, report_pages["straggler-32ranks"])
-    dark, _ = page_facts(browser, report_pages["straggler-32ranks"], dark=True)
+    light, _ = page_facts(browser, report_pages["straggler-32ranks"].url)
+    dark, _ = page_facts(browser, report_pages["straggler-32ranks"].url, dark=True)
     assert light["background"] == "rgb(255, 255, 255)"
     assert dark["background"] != light["background"]
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    data = path.read_bytes()[:24]
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    return struct.unpack(">II", data[16:24])
 
 
 @pytest.mark.parametrize("name", ["passing-cpu-2ranks", "straggler-32ranks", "failed-pod", "nccl-sweep",

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from browser.chromium import Chromium
+from report_in_browser import check_run_page
 
 from .conftest import INJECT, LocalCluster
 from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
@@ -66,7 +68,8 @@ def test_mpi_launcher_canned_logs(cluster: LocalCluster, tmp_path: Path):
     assert junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].is_passed
 
 
-def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: LocalCluster, tmp_path: Path):
+def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: LocalCluster, tmp_path: Path,
+                                                                 browser: Chromium, screenshots: Path):
     artifacts = tmp_path / "artifacts"
     done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
                      env={"POD_ANNOTATIONS": f"{INJECT}fail=exit-code,{INJECT}exit-code=7"})
@@ -82,22 +85,27 @@ def test_injected_failure_fails_through_kubetest2_with_the_reason(cluster: Local
     objects = (artifacts / "e2e-nvidia-training" / "TestBertTraining" / "objects.yaml").read_text()
     assert "kind: Pod" in objects and "exitCode: 7" in objects
     assert_runner_junit_intact(artifacts)
+    facts = check_run_page(browser, artifacts, screenshots / "run-failed-pod.png")
+    assert "exit code 7" in facts["bodyText"] or "exited with code 7" in facts["bodyText"]
 
 
-def test_bad_configuration_through_kubetest2_exits_non_zero_with_junit(cluster: LocalCluster, tmp_path: Path):
+def test_bad_configuration_through_kubetest2_exits_non_zero_with_junit(cluster: LocalCluster, tmp_path: Path,
+                                                                      browser: Chromium, screenshots: Path):
     artifacts = tmp_path / "artifacts"
     done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", env={"NODE_COUNT": "abc"})
     assert done.returncode != 0
     assert "NODE_COUNT='abc'" in done.stderr
     cases = junit_cases(artifacts, "e2e-nvidia-training")
     assert "NODE_COUNT='abc'" in cases["Configuration"].result[0].message
+    check_run_page(browser, artifacts, screenshots / "run-configuration-error.png")
 
 
 # ---- GPU-shaped nodes: canned logs stand in for what GPUs print ---------------------------------
 
 
 
-def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCluster, tmp_path: Path,
+                                                          browser: Chromium, screenshots: Path):
     default_nodes.set_nodes("gpu", 4)
     artifacts = tmp_path / "artifacts"
     done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestBertTraining",
@@ -108,6 +116,10 @@ def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCl
     assert " (rank 13, pod bert-training-1-" in failure.message
     assert failure.message.endswith("throughput 4.1 samples/s vs reference 9.935 (threshold 6.954: upper quartile "
                                     "x STRAGGLER_FRACTION 0.7)")
+    facts = check_run_page(browser, artifacts, screenshots / "run-straggler-canned.png")
+    (section,) = facts["sections"]
+    throughput = next(c for c in section["charts"] if c["id"].endswith("-throughput"))
+    assert len(throughput["ranks"]) == 32 and 13 in throughput["slow"]
 
 
 def test_bert_threshold_missed_states_measured_and_expected_canned_logs(default_nodes: LocalCluster,
@@ -133,7 +145,8 @@ def test_gpu_capacity_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
     assert props["node.kwok-gpu-0.gpus_seen"] == "8" and props["node.kwok-gpu-1.gpus_seen"] == "8"
 
 
-def test_nccl_tests_with_efa_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
+def test_nccl_tests_with_efa_canned_logs(default_nodes: LocalCluster, tmp_path: Path, browser: Chromium,
+                                         screenshots: Path):
     default_nodes.set_nodes("gpu", 2, efa=4)
     artifacts = tmp_path / "artifacts"
     done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia", "--test.run=TestNCCLTests", "--test.v",
@@ -149,6 +162,9 @@ def test_nccl_tests_with_efa_canned_logs(default_nodes: LocalCluster, tmp_path: 
     mpijob = artifacts / "e2e-nvidia" / "TestNCCLTests" / "multi-node" / "manifests" / "mpijob.yaml"
     text = mpijob.read_text()
     assert "vpc.amazonaws.com/efa: 4" in text and "all_reduce_perf" in text
+    facts = check_run_page(browser, artifacts, screenshots / "run-nccl-tests.png")
+    busbw = [c for s in facts["sections"] for c in s["charts"] if "busbw" in c["id"]]
+    assert busbw, [c["id"] for s in facts["sections"] for c in s["charts"]]
 
 
 def test_nccl_bandwidth_below_floor_fails_canned_logs(default_nodes: LocalCluster, tmp_path: Path):

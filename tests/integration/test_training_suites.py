@@ -14,6 +14,8 @@ from subprocess import CompletedProcess
 
 import junitparser
 import pytest
+from browser.chromium import Chromium
+from report_in_browser import check_run_page
 
 from .conftest import LocalCluster, ensure_default_nodes
 from .kubetest2_runs import assert_runner_junit_intact, case_properties, junit_cases, kubetest2, suite_properties
@@ -127,3 +129,15 @@ def test_allreduce_over_gloo_through_kubetest2(allreduce: SuiteRun):
     assert_every_rank_reported(props, "busbw_avg")
     logs = list((allreduce.test_dir("TestNCCLAllReduce") / "logs").glob("*.log"))
     assert len(logs) == WORLD_SIZE and all(log.read_text().splitlines()[0] in case.system_out for log in logs)
+
+
+def test_the_report_page_shows_the_training_run(training: SuiteRun, browser: Chromium, screenshots: Path):
+    """The page the binary wrote for this real run, in Chromium: every test passed with both ranks
+    drawn and none marked slow, and a loss curve per test."""
+    facts = check_run_page(browser, training.artifacts, screenshots / "run-training-suite.png")
+    assert {row["verdict"] for row in facts["summary"]} == {"PASS"}
+    for section in facts["sections"]:
+        charts = {chart["id"].rsplit("-", 1)[-1]: chart for chart in section["charts"]}
+        assert sorted(charts["throughput"]["ranks"]) == list(range(WORLD_SIZE)), section["test"]
+        assert charts["throughput"]["slow"] == [], section["test"]
+        assert "loss" in charts, f"{section['test']}: no loss chart in {sorted(charts)}"

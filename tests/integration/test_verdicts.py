@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser.chromium import Chromium
+from report_in_browser import check_run_page
 
 from harness.junit import summarize
 
@@ -82,7 +84,8 @@ def test_a_real_run_is_labelled_real_and_judged_on_its_probe(cluster: LocalClust
     assert again.returncode == 0, again.stdout + again.stderr
 
 
-def test_a_slow_node_is_named_by_the_straggler_verdict(default_nodes: LocalCluster, tmp_path: Path):
+def test_a_slow_node_is_named_by_the_straggler_verdict(default_nodes: LocalCluster, tmp_path: Path,
+                                                       browser: Chromium, screenshots: Path):
     artifacts = tmp_path / "artifacts"
     default_nodes.set_node_slow(SLOW_NODE, SLOW_FRACTION)
     try:
@@ -101,3 +104,6 @@ def test_a_slow_node_is_named_by_the_straggler_verdict(default_nodes: LocalClust
     assert probe["status"] == "fail" and probe["measured"] < probe["expected"]
     # The slowness was injected, and the artifacts say so.
     assert any(e["reason"] == "Slowed" and SLOW_NODE in e["message"] for e in result["events"])
+    # The report shows it: the slow rank marked, the straggler's reason on the first screen.
+    facts = check_run_page(browser, artifacts, screenshots / "run-slow-node.png")
+    assert any(slow_rank in chart["slow"] for chart in facts["sections"][0]["charts"])

@@ -87,3 +87,32 @@ def test_a_log_without_metrics_is_a_named_error_not_a_traceback(tmp_path, monkey
     assert isinstance(error, junitparser.Error)
     assert error.message == "UnrecognisedLog: parse metrics: no known metric format in bert-training-0"
     assert "Traceback" not in (error.text or "")
+
+
+def report_text(tmp_path) -> str:
+    return (tmp_path / "artifacts" / "report.html").read_text()
+
+
+def test_every_run_leaves_a_report_beside_its_junit(tmp_path, monkeypatch, capsys):
+    assert run(suite_of(passes, fails), tmp_path, monkeypatch) == EXIT_FAIL
+    page = report_text(tmp_path)
+    assert "TestPasses" in page and "TestFails" in page
+    assert "the cluster misbehaved" in page  # the failing check's message, as the JUnit says it
+
+
+def test_a_configuration_error_leaves_a_report_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NODE_COUNT", "abc")
+    assert run(suite_of(passes), tmp_path, monkeypatch) == 2
+    assert "NODE_COUNT" in report_text(tmp_path)
+
+
+def test_a_report_that_cannot_be_written_leaves_the_verdict_and_says_why(tmp_path, monkeypatch, capsys):
+    def broken(_artifacts):
+        raise RuntimeError("the page broke")
+
+    monkeypatch.setattr("harness.report.write_report", broken)
+    assert run(suite_of(passes), tmp_path, monkeypatch) == EXIT_PASS
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "PASS"
+    assert "unit-suite: warning: report.html not written: RuntimeError: the page broke" in err
+    assert (tmp_path / "artifacts" / "junit_unit-suite.xml").exists()
