@@ -32,18 +32,34 @@ module_dir() {
   echo "$dir"
 }
 
-# build_tool NAME VERSION LDFLAGS PACKAGE... : go build the packages of hack/go/NAME into the cache.
-build_tool() {
-  local name=$1 version=$2 ldflags=$3; shift 3
-  local dest="$KT2T_CACHE/$name@$version" pkg missing=0
-  for pkg in "$@"; do [[ -x "$dest/$(basename "$pkg")" ]] || missing=1; done
-  if [[ $missing == 0 ]]; then log "$name@$version cached in $dest"; return; fi
-  log "building $name@$version ..."
+# cached_build LABEL DEST "BINARY..." BUILD_COMMAND...: unless every BINARY is in DEST, run
+# BUILD_COMMAND with the folder to build into appended, then move that folder into place whole (an
+# interrupted build leaves only DEST.partial, never a DEST that looks cached).
+cached_build() {
+  local label=$1 dest=$2 binaries=$3 bin missing=0; shift 3
+  for bin in $binaries; do [[ -x "$dest/$bin" ]] || missing=1; done
+  if [[ $missing == 0 ]]; then log "$label cached in $dest"; return; fi
+  log "building $label ..."
   local t0=$SECONDS
   rm -rf "$dest.partial" && mkdir -p "$dest.partial"
-  (cd "$here/go/$name" && go build -ldflags "$ldflags" -o "$dest.partial/" "$@")
+  "$@" "$dest.partial"
   rm -rf "$dest" && mv "$dest.partial" "$dest"
-  log "built $name@$version in $((SECONDS - t0))s"
+  log "built $label in $((SECONDS - t0))s"
+}
+
+# go_build_in FOLDER LDFLAGS PACKAGE... OUT: go build the packages of the module in FOLDER into OUT.
+go_build_in() {
+  local folder=$1 ldflags=$2; shift 2
+  local out=${*: -1}
+  (cd "$folder" && go build -ldflags "$ldflags" -o "$out/" "${@:1:$#-1}")
+}
+
+# build_tool NAME VERSION LDFLAGS PACKAGE... : go build the packages of hack/go/NAME into the cache.
+build_tool() {
+  local name=$1 version=$2 ldflags=$3 pkg binaries=(); shift 3
+  for pkg in "$@"; do binaries+=("$(basename "$pkg")"); done
+  cached_build "$name@$version" "$KT2T_CACHE/$name@$version" "${binaries[*]}" \
+    go_build_in "$here/go/$name" "$ldflags" "$@"
 }
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -134,51 +150,38 @@ fi
 build_tool kubetest2 "$KUBETEST2_VERSION" "-s -w" sigs.k8s.io/kubetest2 \
   sigs.k8s.io/kubetest2/kubetest2-noop sigs.k8s.io/kubetest2/kubetest2-tester-exec
 
-kwok_dest="$KT2T_CACHE/kwok@$KWOK_BUILD"
-if [[ -x "$kwok_dest/kwok" ]]; then
-  log "kwok@$KWOK_BUILD cached in $kwok_dest"
-else
-  log "building kwok@$KWOK_BUILD ..."
-  t0=$SECONDS
+# build_kwok OUT: the patched kwok source (prepare_kwok_source), built into OUT.
+build_kwok() {
+  local out=$1 work
   work=$(mktemp -d)
   prepare_kwok_source "$work"
-  rm -rf "$kwok_dest.partial" && mkdir -p "$kwok_dest.partial"
-  (cd "$work" && go build -ldflags "-s -w" -o "$kwok_dest.partial/" sigs.k8s.io/kwok/cmd/kwok)
-  rm -rf "$work" "$kwok_dest" && mv "$kwok_dest.partial" "$kwok_dest"
-  log "built kwok@$KWOK_BUILD in $((SECONDS - t0))s"
-fi
-
-mpi_dest="$KT2T_CACHE/mpi-operator@$MPI_OPERATOR_BUILD"
-if [[ -x "$mpi_dest/mpi-operator" ]]; then
-  log "mpi-operator@$MPI_OPERATOR_BUILD cached in $mpi_dest"
-else
-  log "building mpi-operator@$MPI_OPERATOR_BUILD ..."
-  t0=$SECONDS
+  go_build_in "$work" "-s -w" sigs.k8s.io/kwok/cmd/kwok "$out"
+  rm -rf "$work"
+}
+# build_mpi_operator OUT: the pinned mpi-operator with the patched main files, built into OUT.
+build_mpi_operator() {
+  local out=$1 patched
   patched=$(mktemp -d)
   prepare_mpi_operator_overlay "$patched"
-  rm -rf "$mpi_dest.partial" && mkdir -p "$mpi_dest.partial"
-  (cd "$mpi_mod_dir" && go build -overlay="$patched/overlay.json" -ldflags "-s -w" \
-    -o "$mpi_dest.partial/mpi-operator" ./loopback)
-  rm -rf "$patched" "$mpi_dest" && mv "$mpi_dest.partial" "$mpi_dest"
-  log "built mpi-operator@$MPI_OPERATOR_BUILD in $((SECONDS - t0))s"
-fi
+  (cd "$mpi_mod_dir" && go build -overlay="$patched/overlay.json" -ldflags "-s -w" -o "$out/mpi-operator" ./loopback)
+  rm -rf "$patched"
+}
+kwok_dest="$KT2T_CACHE/kwok@$KWOK_BUILD"
+cached_build "kwok@$KWOK_BUILD" "$kwok_dest" kwok build_kwok
+mpi_dest="$KT2T_CACHE/mpi-operator@$MPI_OPERATOR_BUILD"
+cached_build "mpi-operator@$MPI_OPERATOR_BUILD" "$mpi_dest" mpi-operator build_mpi_operator
 
 build_tool kubernetes "$K8S_VERSION" "${k8s_ldflags//$'\n'/ }" k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 
 # etcd: the server's main package, built in the kubernetes module so it is the version that
 # kubernetes pins ($ETCD_VERSION must match hack/go/kubernetes/go.mod).
+# build_etcd OUT: named etcd (go build would name the binary of .../server/v3 "server").
+build_etcd() {
+  (cd "$here/go/kubernetes" && go build -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
+}
 etcd_dest="$KT2T_CACHE/etcd@$ETCD_VERSION"
-if [[ -x "$etcd_dest/etcd" ]]; then
-  log "etcd@$ETCD_VERSION cached in $etcd_dest"
-else
-  log "building etcd@$ETCD_VERSION ..."
-  t0=$SECONDS
-  rm -rf "$etcd_dest.partial" && mkdir -p "$etcd_dest.partial"
-  (cd "$here/go/kubernetes" && go build -ldflags "-s -w" -o "$etcd_dest.partial/etcd" go.etcd.io/etcd/server/v3)
-  rm -rf "$etcd_dest" && mv "$etcd_dest.partial" "$etcd_dest"
-  log "built etcd@$ETCD_VERSION in $((SECONDS - t0))s"
-fi
+cached_build "etcd@$ETCD_VERSION" "$etcd_dest" etcd build_etcd
 
 # The CRDs, cached per tool and version and linked from $KT2T_BIN/crds/.
 for crd in "${CRDS[@]}"; do
