@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bench_common import BenchCluster, emit, progress
+
 from harness.cluster import Cluster
 from harness.conditions import any_pod_failed, deleted, job_failed, job_succeeded, node_not_ready, pods_ready
 from harness.errors import JobFailed
@@ -43,11 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 PYTHON = Path(sys.executable)
 BINARY = PYTHON.parent / "e2e-nvidia-training"
-LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
 WORK = Path("/tmp/kt2t-bench")
 # The bench's own cluster; KT2T_STATE and KT2T_PORT_OFFSET in the environment choose another.
-CLUSTER_ENV = {"KT2T_STATE": os.environ.get("KT2T_STATE") or str(WORK / "cluster"),
-               "KT2T_PORT_OFFSET": os.environ.get("KT2T_PORT_OFFSET") or "300"}
+CLUSTER = BenchCluster.from_env(WORK / "cluster", 300)
 CANNED_LOG = REPO / "hack" / "canned-logs" / "bench-1mib.log"
 ANNOTATION = "kubetest2-training.local"
 # The canned log of the binary's pods: the node agent runs pods for real unless one is named.
@@ -57,53 +57,9 @@ LOG_PODS = 256
 CPU_NODES = 256
 
 
-def emit(name: str, value: float | int | str, unit: str, note: str = "") -> None:
-    """One figure: `name: value unit`, with an optional note after `#`."""
-    shown = f"{value:.3g}" if isinstance(value, float) else str(value)
-    print(f"{name}: {shown} {unit}" + (f"  # {note}" if note else ""), flush=True)
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# The bench's own cluster
-
-
-def local_cluster(*args: str, timeout: float = 600) -> str:
-    result = subprocess.run(
-        [str(LOCAL_CLUSTER), *args],
-        env={**os.environ, **CLUSTER_ENV},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
-    return result.stdout
-
-
-@contextlib.contextmanager
-def bench_cluster(keep: bool) -> Iterator[str]:
-    """Up the bench cluster (2 cpu nodes); yield its kubeconfig; down it unless `keep`."""
-    progress(f"hack/local-cluster up (KT2T_STATE={CLUSTER_ENV['KT2T_STATE']}, "
-             f"KT2T_PORT_OFFSET={CLUSTER_ENV['KT2T_PORT_OFFSET']})")
-    kubeconfig = local_cluster("up").strip().splitlines()[-1]
-    try:
-        yield kubeconfig
-    finally:
-        if keep:
-            progress(f"cluster left running: KUBECONFIG={kubeconfig}")
-        else:
-            progress("hack/local-cluster down")
-            local_cluster("down")
-
-
 def set_nodes(count: int) -> None:
     progress(f"hack/local-cluster nodes --shape cpu --count {count}")
-    local_cluster("nodes", "--shape", "cpu", "--count", str(count))
+    CLUSTER.run("nodes", "--shape", "cpu", "--count", str(count))
 
 
 @contextlib.contextmanager
@@ -612,7 +568,7 @@ def main() -> None:
     rest = [f for f in figures if f != "startup"]
     if not rest:
         return
-    with bench_cluster(args.keep_cluster) as kubeconfig:
+    with CLUSTER.up(args.keep_cluster) as kubeconfig:
         if {"verdict", "requests"} & set(rest):
             set_nodes(8)
         if "verdict" in rest:

@@ -45,17 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_logs
+from bench_common import BenchCluster, emit, progress
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = Path(sys.executable)
 BINARY = PYTHON.parent / "e2e-nvidia-training"
-LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
 CANNED = REPO / "hack" / "canned-logs"
 WORK = Path("/tmp/kt2t-bench/scale")
-CLUSTER_ENV = {"KT2T_STATE": os.environ.get("KT2T_STATE") or str(WORK / "cluster"),
-               "KT2T_PORT_OFFSET": os.environ.get("KT2T_PORT_OFFSET") or "400"}
+CLUSTER = BenchCluster.from_env(WORK / "cluster", 400)
 ANNOTATION = "kubetest2-training.local"
 LOG_PREFIX = "scale-bench"
 GPUS_PER_NODE = 8
@@ -90,16 +88,6 @@ PHASES = {
 }
 
 
-def emit(name: str, value: float | int | str, unit: str = "", note: str = "") -> None:
-    """One figure: `name: value unit`, with an optional note after `#`."""
-    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-    print(f"{name}: {shown} {unit}".rstrip() + (f"  # {note}" if note else ""), flush=True)
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -128,11 +116,10 @@ def proc_read_bytes(pid: int) -> int:
 
 def component_pids() -> dict[str, list[int]]:
     """The cluster's processes (a supervised component: the supervisor and its child)."""
-    run = Path(CLUSTER_ENV["KT2T_STATE"]) / "run"
     pids: dict[str, list[int]] = {}
     for name in COMPONENTS:
         with contextlib.suppress(OSError, ValueError):
-            pid = int((run / f"{name}.pid").read_text().split()[0])
+            pid = CLUSTER.pid_of(name)
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             pids[name] = [pid, *map(int, children)]
     return pids
@@ -184,29 +171,6 @@ class RunResult:
 # The bench's own cluster
 
 
-def local_cluster(*args: str, timeout: float = 3600) -> str:
-    result = subprocess.run([str(LOCAL_CLUSTER), *args], env={**os.environ, **CLUSTER_ENV}, capture_output=True,
-                            text=True, timeout=timeout, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
-    return result.stdout
-
-
-@contextlib.contextmanager
-def bench_cluster(keep: bool) -> Iterator[str]:
-    progress(f"hack/local-cluster up (KT2T_STATE={CLUSTER_ENV['KT2T_STATE']}, "
-             f"KT2T_PORT_OFFSET={CLUSTER_ENV['KT2T_PORT_OFFSET']})")
-    kubeconfig = local_cluster("up").strip().splitlines()[-1]
-    try:
-        yield kubeconfig
-    finally:
-        if keep:
-            progress(f"cluster left running: KUBECONFIG={kubeconfig}")
-        else:
-            progress("hack/local-cluster down")
-            local_cluster("down")
-
-
 def ready_gpu_nodes(kubeconfig: str) -> int:
     """How many GPU nodes hack/local-cluster made, if all of them are Ready and untainted; else 0."""
     from harness.cluster import Cluster
@@ -226,7 +190,7 @@ def set_gpu_nodes(kubeconfig: str, count: int) -> None:
         return
     progress(f"hack/local-cluster nodes --shape gpu --count {count}")
     started = time.perf_counter()
-    local_cluster("nodes", "--shape", "gpu", "--count", str(count))
+    CLUSTER.run("nodes", "--shape", "gpu", "--count", str(count), timeout=3600)
     wall = time.perf_counter() - started
     emit(f"scale.nodes_{count}.create_nodes.wall", wall, "s",
          f"{count / wall:.1f} nodes/s Ready and untainted; load {load_average()}")
@@ -687,7 +651,7 @@ def main() -> None:
     if "offline" in modes:
         bench_offline(sizes, launchers)
     if "cluster" in modes:
-        with bench_cluster(args.keep_cluster) as kubeconfig:
+        with CLUSTER.up(args.keep_cluster) as kubeconfig:
             bench_cluster_sizes(kubeconfig, sizes, launchers, args.run_duration, args.profile)
 
 

@@ -15,38 +15,22 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
+from bench_common import BenchCluster, progress
 from kubernetes import client, config
 
-REPO = Path(__file__).resolve().parents[1]
-LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
-CLUSTER_ENV = {"KT2T_STATE": os.environ.get("KT2T_STATE", "/tmp/kt2t-bench/slow-cluster"),
-               "KT2T_PORT_OFFSET": os.environ.get("KT2T_PORT_OFFSET", "300")}
+CLUSTER = BenchCluster.from_env(Path("/tmp/kt2t-bench/slow-cluster"), 300)
 SLOW_NODE, NORMAL_NODE = "kwok-cpu-1", "kwok-cpu-0"
 LOOP = ("import time; start = time.monotonic(); sum(i * i for i in range({work})); "
         "print('wall', time.monotonic() - start, flush=True)")
 
 
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def local_cluster(*args: str) -> str:
-    result = subprocess.run([str(LOCAL_CLUSTER), *args], env={**os.environ, **CLUSTER_ENV}, capture_output=True,
-                            text=True, timeout=600, check=False)
-    if result.returncode != 0:
-        raise SystemExit(f"hack/local-cluster {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
-    return result.stdout
-
-
 def agent_cpu_s() -> float:
     """user+sys CPU seconds of the node agent so far (from /proc)."""
-    pid = (Path(CLUSTER_ENV["KT2T_STATE"]) / "run" / "node-agent.pid").read_text().strip()
+    pid = CLUSTER.pid_of("node-agent")
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -74,7 +58,7 @@ def pair(core: client.CoreV1Api, namespace: str, work: int, tag: str) -> tuple[f
 
 
 def measure(core: client.CoreV1Api, namespace: str, fraction: float, repeats: int, work: int) -> None:
-    local_cluster("node-slow", SLOW_NODE, str(fraction) if fraction else "off")
+    CLUSTER.run("node-slow", SLOW_NODE, str(fraction) if fraction else "off")
     cpu_before, started = agent_cpu_s(), time.monotonic()
     ratios = []
     for repeat in range(repeats):
@@ -95,22 +79,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="pairs per fraction (default 3)")
     parser.add_argument("--work", type=int, default=40_000_000, help="loop iterations per pod (default 4e7)")
     args = parser.parse_args()
-    started_here = subprocess.run([str(LOCAL_CLUSTER), "status"], env={**os.environ, **CLUSTER_ENV},
-                                  capture_output=True, check=False).returncode != 0
-    kubeconfig = local_cluster("up").strip().splitlines()[-1]
+    with CLUSTER.up() as kubeconfig:
+        measure_all(kubeconfig, args.fractions, args.repeats, args.work)
+
+
+def measure_all(kubeconfig: str, fractions: list[float], repeats: int, work: int) -> None:
     core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
     namespace = f"bench-slow-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
     while not core.list_namespaced_service_account(namespace).items:  # pods wait for `default`
         time.sleep(0.2)
     try:
-        for fraction in args.fractions:
-            measure(core, namespace, fraction, args.repeats, args.work)
+        for fraction in fractions:
+            measure(core, namespace, fraction, repeats, work)
     finally:
-        local_cluster("node-slow", SLOW_NODE, "off")
+        CLUSTER.run("node-slow", SLOW_NODE, "off")
         core.delete_namespace(namespace)
-        if started_here:
-            local_cluster("down")
 
 
 if __name__ == "__main__":
