@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from browser.chromium import REFUSING_PROXY, Chromium, find_chromium
 
+# The page checks shared by the browser and integration tests: their asserts explain themselves too.
+pytest.register_assert_rewrite("report_in_browser")
+
 REPO = Path(__file__).resolve().parent.parent
 # Upstream logs the tests read, kept in the repository (tests/fixtures/README.md says where from).
 FIXTURES = REPO / "tests" / "fixtures"

@@ -65,7 +65,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class RunTest:
-    """One top-level test as the run's files record it."""
+    """One test or subtest as the run's files record it."""
 
     name: str
     outcome: str  # PASS | FAIL | SKIP | ERROR
@@ -82,18 +82,15 @@ def junit_outcome(case: junitparser.TestCase) -> tuple[str, str]:
 
 
 def run_tests(artifacts: Path) -> list[RunTest]:
-    """Every binary's top-level tests in JUnit order, each with its result.json (subtests are shown
-    inside their parent's section)."""
+    """Every binary's tests and subtests in JUnit order, each with its result.json."""
     tests = []
     for junit in sorted(artifacts.glob("junit_*.xml")):
         if junit.name == RUNNER_JUNIT:
             continue
         for suite in junitparser.JUnitXml.fromfile(str(junit)):
+            results = [json.loads(p.read_text()) for p in artifacts.glob(f"{suite.name}/**/result.json")]
             for case in suite:
-                if "/" in case.name:
-                    continue
                 outcome, message = junit_outcome(case)
-                results = [json.loads(p.read_text()) for p in artifacts.glob(f"{suite.name}/*/result.json")]
                 result = next((r for r in results if r.get("test") == case.name), None)
                 tests.append(RunTest(case.name, outcome, message, result))
     return tests
