@@ -16,7 +16,7 @@ KiB a pod, every 50th pod 1 MiB) through the node agent's `{index}` canned-log n
 binary's CPU and RSS from /proc, and the cluster's components' CPU, so each phase has its own CPU
 figures. report.html is timed as `python -m harness.report ARTIFACTS` afterwards.
 
-Offline (`offline`): the same test function (testbins' assess_training), the JUnit writer and the
+Offline (`offline`): the same test function (testbins' assess: metrics recorded, every check), the JUnit writer and the
 report on generated logs already on disk, with no cluster: parse, verdict, JUnit and report at up
 to 8,000 ranks (and beyond) where the local cluster cannot go, each in a fresh process.
 
@@ -505,7 +505,7 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
     JUnit; each phase's wall, CPU and the peak RSS."""
     from harness.cancel import CancelToken
     from harness.cli import parse_args
-    from harness.config import resolve
+    from harness.config import Origin, Source, resolve
     from harness.junit import write_junit
     from harness.launchers import LAUNCHERS as HARNESS_LAUNCHERS
     from harness.launchers import Workload
@@ -513,7 +513,7 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
     from harness.testing import Output, Session, TestContext
     from harness.topology import NodeInfo, Topology
     from harness.training_job import TrainingJob, placement_for
-    from testbins.e2e_nvidia_training import SUITE, assess_training
+    from testbins.e2e_nvidia_training import SUITE, assess
 
     timings: dict[str, tuple[float, float]] = {}
 
@@ -524,9 +524,11 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
         timings[phase] = (time.perf_counter() - wall, time.process_time() - cpu)
 
     cfg = resolve(parse_args(["--test.run=^TestBertTraining$"]), {"ARTIFACTS": str(artifacts)})
+    generated = {name: Origin(Source.DERIVED, "bench/scale.py offline")
+                 for name in ("node_type", "node_count", "gpus_per_node", "efa_per_node")}
     node_infos = tuple(NodeInfo(f"kwok-gpu-{i}", "p4d.24xlarge", GPUS_PER_NODE, 0, True) for i in range(nodes))
     session = Session("e2e-nvidia-training", cfg, artifacts, CancelToken(), Output(False), Selector.from_config(cfg),
-                      topology=Topology("p4d.24xlarge", node_infos, GPUS_PER_NODE, 0, {}))
+                      topology=Topology("p4d.24xlarge", node_infos, GPUS_PER_NODE, 0, generated))
     pods, captured = _offline_pods(launcher, nodes, logs)
 
     def test(t: TestContext) -> None:
@@ -540,7 +542,7 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
             metrics = job.metrics()
         job.metrics = lambda: metrics  # type: ignore[method-assign]  # the test's own call: parsed above
         with timed("verdict"):
-            assess_training(t, job, "throughput", "samples/s")
+            assess(t, job, "bert")
 
     TestContext(session, "TestBertTraining").execute(test)
     with timed("junit"):
