@@ -16,9 +16,10 @@ KiB a pod, every 50th pod 1 MiB) through the node agent's `{index}` canned-log n
 binary's CPU and RSS from /proc, and the cluster's components' CPU, so each phase has its own CPU
 figures. report.html is timed as `python -m harness.report ARTIFACTS` afterwards.
 
-Offline (`offline`): the same test function (testbins' assess: metrics recorded, every check), the JUnit writer and the
-report on generated logs already on disk, with no cluster: parse, verdict, JUnit and report at up
-to 8,000 ranks (and beyond) where the local cluster cannot go, each in a fresh process.
+Offline (`offline`): the test's own assessment (testbins' assess: metrics recorded, every check),
+the JUnit writer and the report on generated logs already on disk, with no cluster: parse,
+verdict, JUnit and report at up to 8,000 ranks (and beyond) where the local cluster cannot go,
+each in a fresh process.
 
 Figures are the harness's CPU (trustworthy on a busy machine) and wall times (medians need
 repeats; the load average is printed with each run).
