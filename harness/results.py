@@ -123,11 +123,13 @@ def event_entry(event: Obj) -> dict[str, Any]:
             "reason": event.get("reason", ""), "message": event.get("message", "")}
 
 
-def _thinned(steps: list[tuple[int, float | None]]) -> list[list[float | None]]:
+def _thinned(steps: list[tuple[int, float | None]]) -> list[tuple[int, float | None]]:
+    """At most MAX_STEPS_PER_RANK of a rank's (step, loss) pairs, evenly spread; the pairs themselves
+    (JSON writes a tuple as an array), not copies: 8,000 ranks x 130 steps are a million of them."""
     if len(steps) > MAX_STEPS_PER_RANK:
         stride = (len(steps) - 1) / (MAX_STEPS_PER_RANK - 1)
-        steps = [steps[round(i * stride)] for i in range(MAX_STEPS_PER_RANK)]
-    return [[step, loss] for step, loss in steps]
+        return [steps[round(i * stride)] for i in range(MAX_STEPS_PER_RANK)]
+    return steps
 
 
 def _finite(value: Any) -> bool:
@@ -193,5 +195,7 @@ def result_document(binary: str, result: CaseResult, record: TestRecord,
 
 
 def write_result(path: Path, document: dict[str, Any]) -> None:
-    """result.json, atomically, mode 0644 (never NaN or Infinity: those are null)."""
-    write_atomically(path, (json.dumps(document, indent=1, allow_nan=False) + "\n").encode())
+    """result.json, atomically, mode 0644 (never NaN or Infinity: those are null). Compact, one
+    line: json's C encoder writes it (an indented document goes through its pure-Python encoder, and
+    at 8,000 ranks was 45 MB of mostly indentation); `python -m json.tool` shows it indented."""
+    write_atomically(path, (json.dumps(document, separators=(",", ":"), allow_nan=False) + "\n").encode())
