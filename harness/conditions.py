@@ -361,12 +361,40 @@ def node_not_ready(node_names: Iterable[str]) -> Condition:
                      lambda state, _now: nodes.first(state))
 
 
+class _NodesWithGpus:
+    """The Ready nodes of a type that advertise enough GPUs: every node judged once, then only the
+    nodes changed since the last look (while discovery waits on 1,000 new nodes, each of their
+    updates re-judged all of them: 7 s of CPU in 50 s)."""
+
+    def __init__(self, node_type: str, per_node: int) -> None:
+        self.node_type, self.per_node = node_type, per_node
+        self.cursor = ChangeCursor("Node")
+        self.good: set[str] = set()
+
+    def count(self, state: ClusterState) -> int:
+        changed, fresh = self.cursor.changed(state)
+        if fresh:
+            self.good = {n["metadata"]["name"] for n in state.of_kind("Node") if self._good(n)}
+        else:
+            for _, name in changed:
+                node = state.get("Node", "", name)
+                if node is not None and self._good(node):
+                    self.good.add(name)
+                else:
+                    self.good.discard(name)
+        return len(self.good)
+
+    def _good(self, node: Obj) -> bool:
+        info = NodeInfo.from_node(node)
+        return info.ready and info.instance_type == self.node_type and info.gpus >= self.per_node
+
+
 def nodes_advertise_gpus(node_type: str, count: int, per_node: int) -> Condition:
     """At least `count` Ready nodes of `node_type` advertise `per_node` GPUs or more."""
+    nodes = _NodesWithGpus(node_type, per_node)
 
     def check(state: ClusterState, _now: float) -> str | None:
-        infos = [NodeInfo.from_node(n) for n in state.of_kind("Node")]
-        good = [n for n in infos if n.ready and n.instance_type == node_type and n.gpus >= per_node]
-        return f"{len(good)} nodes advertise GPUs" if len(good) >= count else None
+        good = nodes.count(state)
+        return f"{good} nodes advertise GPUs" if good >= count else None
 
     return Condition(f"{count} {node_type} nodes to advertise >= {per_node} {GPU_RESOURCE}", (Watched(NODE),), check)

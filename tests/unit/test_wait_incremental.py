@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.conditions import any_pod_failed, node_not_ready
+from harness import conditions
+from harness.conditions import any_pod_failed, node_not_ready, nodes_advertise_gpus
 from harness.watch import ClusterState
 
 
@@ -73,3 +74,32 @@ def test_of_kind_is_sorted_and_follows_additions_and_deletions():
     state.update("Pod", "DELETED", pod("a", "4"))
     assert [p["metadata"]["name"] for p in state.of_kind("Pod")] == ["aa", "b"]
     assert state.of_kind("Node") == []
+
+
+def gpu_node(name, version, gpus, ready="True"):
+    return {"metadata": {"name": name, "resourceVersion": version,
+                         "labels": {"node.kubernetes.io/instance-type": "p5.48xlarge"}},
+            "status": {"capacity": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def test_nodes_advertising_gpus_are_counted_from_their_changes_alone(monkeypatch):
+    """While discovery waits on 1,000 nodes, one node's update judges that node, not all of them;
+    the answers follow every kind of change (a GPU appearing, NotReady, deletion, a re-list)."""
+    state, cond = ClusterState(), nodes_advertise_gpus("p5.48xlarge", 3, 8)
+    state.replace_all("Node", [gpu_node(f"n{i}", "1", 0) for i in range(1000)])
+    assert cond.check(state, 0) is None
+    judged = []
+    real = conditions.NodeInfo.from_node
+    monkeypatch.setattr(conditions.NodeInfo, "from_node", staticmethod(lambda n: judged.append(n) or real(n)))
+    for i, version in ((1, "2"), (2, "2"), (3, "2")):
+        state.update("Node", "MODIFIED", gpu_node(f"n{i}", version, 8))
+        assert cond.check(state, 0) == (None if i < 3 else "3 nodes advertise GPUs")
+    assert len(judged) == 3
+    state.update("Node", "MODIFIED", gpu_node("n2", "3", 8, ready="False"))
+    assert cond.check(state, 0) is None
+    state.update("Node", "MODIFIED", gpu_node("n4", "2", 8))
+    assert cond.check(state, 0) == "3 nodes advertise GPUs"
+    state.update("Node", "DELETED", gpu_node("n4", "3", 8))
+    assert cond.check(state, 0) is None
+    state.replace_all("Node", [gpu_node(f"n{i}", "9", 8) for i in range(3)])  # re-listed after a 410
+    assert cond.check(state, 0) == "3 nodes advertise GPUs"
