@@ -58,7 +58,8 @@ def job_metrics(captured: list[CapturedLog], locations: Mapping[int, tuple[str, 
     worker pod's), while mpirun's slot mapping places them exactly.
     """
     logs = [entry for entry in captured if not entry.previous and entry.path.exists()]
-    parsed = combine([(scans or LogScans()).of(entry) for entry in logs])
+    scans = scans or LogScans()
+    parsed = combine([scans.of(entry) for entry in logs])
     for rank in parsed.ranks:
         pod, node = locations.get(rank.rank, (None, None))
         if locations_win and pod is not None:

@@ -1,12 +1,13 @@
 """The Go-test-compatible runner: parse, resolve, check ARTIFACTS, select, set up (connect, device
 plugins, discover), run tests, remove what it installed, write JUnit, exit 0/1/2.
 
-JUnit, then report.html from it, is written on every exit path: success, test failure, a selection that matches nothing,
-usage or configuration error, -test.timeout (exit 2 with Go's panic header, after logs and JUnit),
-SIGTERM/SIGINT; a JUnit that cannot be written fails the run. The first signal cancels the run: the
-running test stops waiting, captures logs and cleans up; a second one cuts cleanup short, except
-the same signal again within RELAYED_SIGNAL_SECONDS: kubetest2's exec tester relays to the binary
-what a signal to the process group already delivered, and that is one interrupt, not two.
+JUnit, then report.html from it, is written on every exit path: success, test failure, a
+selection that matches nothing, usage or configuration error, -test.timeout (exit 2 with Go's panic
+header, after logs and JUnit), SIGTERM/SIGINT; a JUnit that cannot be written fails the run. The
+first signal cancels the run: the running test stops waiting, captures logs and cleans up; a
+second one cuts cleanup short, except the same signal again within RELAYED_SIGNAL_SECONDS:
+kubetest2's exec tester relays to the binary what a signal to the process group already
+delivered, and that is one interrupt, not two.
 """
 
 from __future__ import annotations
