@@ -34,12 +34,12 @@ from typing import Any
 
 from bench_common import BenchCluster, emit, progress
 
-from harness.cluster import Cluster
-from harness.conditions import any_pod_failed, deleted, job_failed, job_succeeded, node_not_ready, pods_ready
+from harness.cluster.client import Cluster
+from harness.cluster.conditions import any_pod_failed, deleted, job_failed, job_succeeded, node_not_ready, pods_ready
+from harness.cluster.logs import capture_pod_logs
+from harness.cluster.resources import JOB, NAMESPACE, NODE, POD, Obj
+from harness.cluster.wait import wait_for
 from harness.errors import JobFailed
-from harness.logs import capture_pod_logs
-from harness.resources import JOB, NAMESPACE, NODE, POD, Obj
-from harness.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 

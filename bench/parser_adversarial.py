@@ -1,7 +1,7 @@
 """The metrics parser on hostile logs: it must stay linear in the input's size, whatever the shape.
 
 For each shape, a log of one line of about SIZE MB (and one of SIZE/10 MB, to show linearity) is
-written to a temporary file and parsed by `harness.metrics.parse_files` (what the suites and
+written to a temporary file and parsed by `harness.metrics.records.parse_files` (what the suites and
 `python -m harness.metrics` run), in a fresh subprocess per file so that each figure has its own
 peak memory; CPU time is compared (wall time on a shared machine is noise). Prints one line per
 figure, `name: value unit  # how`; the shapes are the old regex's worst case (repeated
@@ -49,7 +49,7 @@ SHAPES: dict[str, Callable[[int], str]] = {
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from harness.metrics import parse_files
+from harness.metrics.records import parse_files
 from harness.errors import UnrecognisedLog
 start = time.perf_counter(); cpu = time.process_time()
 try:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from browser.chromium import REFUSING_PROXY, Chromium  # noqa: E402
 from report_fixtures import write_scenario  # noqa: E402
 
-from harness.report import write_report  # noqa: E402
+from harness.report.page import write_report  # noqa: E402
 
 # Navigation start to the second animation frame after the load event: by then the page has been
 # parsed, styled, laid out and its first screen painted.

@@ -63,7 +63,7 @@ SIZES = (8, 64, 256, 1000)
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "mpi-operator",
               "node-agent")
 
-# The binary's -test.v lines that end each phase, in order (harness/training_job.py logs them).
+# The binary's -test.v lines that end each phase, in order (harness/jobs/job.py logs them).
 MARKS = (
     ("run", re.compile(r"^=== RUN\s+TestBertTraining$")),
     ("launched", re.compile(r"^\s+launched ")),
@@ -174,8 +174,8 @@ class RunResult:
 
 def ready_gpu_nodes(kubeconfig: str) -> int:
     """How many GPU nodes hack/local-cluster made, if all of them are Ready and untainted; else 0."""
-    from harness.cluster import Cluster
-    from harness.resources import NODE
+    from harness.cluster.client import Cluster
+    from harness.cluster.resources import NODE
 
     nodes = Cluster.connect(kubeconfig).list(NODE, label_selector="kubetest2-training.local/node=gpu")["items"]
     usable = [n for n in nodes if not n.get("spec", {}).get("taints") and any(
@@ -354,8 +354,8 @@ def time_report(artifacts: Path) -> dict[str, float]:
 
 def _wait_quiet(kubeconfig: str, timeout: float = 600) -> None:
     """Until no namespace is terminating: a previous run's pods still being deleted is load."""
-    from harness.cluster import Cluster
-    from harness.resources import NAMESPACE
+    from harness.cluster.client import Cluster
+    from harness.cluster.resources import NAMESPACE
 
     cluster = Cluster.connect(kubeconfig)
     deadline = time.monotonic() + timeout
@@ -479,7 +479,7 @@ def emit_growth(prefix: str, sizes: list[int], columns: dict[int, list[Row]]) ->
 
 def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str], run_duration: str,
                         profile: Path | None) -> None:
-    from harness.parsers import parse_duration
+    from harness.config.values import parse_duration
 
     tables: dict[str, dict[int, list[Row]]] = {launcher: {} for launcher in launchers}
     for nodes in sizes:
@@ -508,16 +508,16 @@ def bench_cluster_sizes(kubeconfig: str, sizes: list[int], launchers: list[str],
 def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dict[str, Any]:
     """In a fresh process: TestBertTraining's assessment on captured logs (no cluster), then the
     JUnit; each phase's wall, CPU and the peak RSS."""
-    from harness.cancel import CancelToken
-    from harness.cli import parse_args
-    from harness.config import Origin, Source, resolve
-    from harness.junit import write_junit
-    from harness.launchers import LAUNCHERS as HARNESS_LAUNCHERS
-    from harness.launchers import Workload
-    from harness.suite import Selector
-    from harness.testing import Output, Session, TestContext
-    from harness.topology import NodeInfo, Topology
-    from harness.training_job import TrainingJob, placement_for
+    from harness.cluster.cancel import CancelToken
+    from harness.config.settings import Origin, Source, resolve
+    from harness.config.topology import NodeInfo, Topology
+    from harness.framework.cli import parse_args
+    from harness.framework.context import Output, Session, TestContext
+    from harness.framework.suite import Selector
+    from harness.jobs.job import TrainingJob, placement_for
+    from harness.jobs.launchers import LAUNCHERS as HARNESS_LAUNCHERS
+    from harness.jobs.launchers import Workload
+    from harness.report.junit import write_junit
     from testbins.e2e_nvidia_training import SUITE, assess
 
     timings: dict[str, tuple[float, float]] = {}
@@ -560,7 +560,7 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
 
 def _offline_pods(launcher: str, nodes: int, logs: Path) -> tuple[list[dict[str, Any]], list[Any]]:
     """Pods as the wait saw them and their logs as capture_pod_logs left them (header line first)."""
-    from harness.logs import CapturedLog
+    from harness.cluster.logs import CapturedLog
 
     pods, captured = [], []
     for i in range(nodes):

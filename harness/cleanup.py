@@ -5,8 +5,10 @@ add-ons (device plugins, mpi-operator) a run installed and could not remove.
 
 Every object the tests create lives in a per-run namespace carrying the managed-by and run-id
 labels, so deleting those namespaces removes them; the add-ons' objects carry the same labels
-(harness/addons.py). The cluster-scoped RBAC of manifests/rbac.yaml is left alone: it is
+(harness/setup/addons.py). The cluster-scoped RBAC of manifests/rbac.yaml is left alone: it is
 installed on purpose.
+
+May import: harness.errors, harness.config, harness.cluster, harness.setup.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from harness.addons import ADDONS, addon_objects, describe
-from harness.cluster import Cluster
+from harness.cluster.client import Cluster
+from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL
+from harness.cluster.resources import NAMESPACE, Obj
+from harness.config.values import parse_duration
 from harness.errors import ClusterError
-from harness.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL
-from harness.parsers import parse_duration
-from harness.resources import NAMESPACE, Obj
+from harness.setup.addons import ADDONS, addon_objects, describe
 
 
 def main(argv: list[str] | None = None) -> int:

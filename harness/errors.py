@@ -1,4 +1,7 @@
-"""The harness's exception hierarchy: each error names the operation that failed."""
+"""The harness's exception hierarchy: each error names the operation that failed.
+
+May import: nothing of the harness (every layer raises these).
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,10 @@ first signal cancels the run: the running test stops waiting, captures logs and 
 second one cuts cleanup short, except the same signal again within RELAYED_SIGNAL_SECONDS:
 kubetest2's exec tester relays to the binary what a signal to the process group already
 delivered, and that is one interrupt, not two.
+
+The top of the harness: only the test binaries (testbins/) import it.
+May import: harness.errors, harness.config, harness.metrics, harness.cluster, harness.verdict,
+harness.report, harness.framework, harness.setup, harness.jobs.
 """
 
 from __future__ import annotations
@@ -24,15 +28,15 @@ from pathlib import Path
 from types import FrameType
 
 from harness import __version__
-from harness.artifacts import add_metadata, ensure_writable
-from harness.cancel import CancelToken
-from harness.cli import parse_args, wants_help
-from harness.config import Config, Resolved, fallback_artifacts, properties, report_lines, resolve
+from harness.cluster.cancel import CancelToken
+from harness.config.artifacts import add_metadata, ensure_writable
+from harness.config.settings import Config, Resolved, fallback_artifacts, properties, report_lines, resolve
+from harness.config.values import format_duration
 from harness.errors import ClusterError, ConfigError, HarnessError, TestFailure, UsageError
-from harness.junit import CaseResult, Outcome, write_junit
-from harness.parsers import format_duration
-from harness.suite import Selected, Selector, Suite, describe_selection, listed
-from harness.testing import Output, Session, TestContext, TestPanic
+from harness.framework.cli import parse_args, wants_help
+from harness.framework.context import Output, Session, TestContext, TestPanic
+from harness.framework.suite import Selected, Selector, Suite, describe_selection, listed
+from harness.report.junit import CaseResult, Outcome, write_junit
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # Go exits 2 when a test binary panics (-test.timeout, os.Exit(0) under -test.paniconexit0).
@@ -103,7 +107,7 @@ def write_run_report(binary: str, artifacts: Path) -> None:
     on stderr and its verdict stands."""
     # Imported here, not at the top: the page's code (HTML, SVG) costs --help and -test.list
     # about a third of their start-up, and they write no report.
-    from harness.report import write_report
+    from harness.report.page import write_report
 
     try:
         path = write_report(artifacts)
@@ -218,9 +222,9 @@ class Runner:
 
     def _set_up(self) -> None:
         """Connect, pick the nodes, roll out the device plugins there, then discover their GPUs."""
-        from harness.addons import set_up_device_plugins  # the kubernetes client loads only when needed
-        from harness.cluster import CONNECT_RETRY_SECONDS, RETRY_BUDGET_SECONDS, Cluster
-        from harness.discovery import discover, list_nodes, select_nodes
+        from harness.cluster.client import CONNECT_RETRY_SECONDS, RETRY_BUDGET_SECONDS, Cluster
+        from harness.setup.addons import set_up_device_plugins  # the kubernetes client loads only when needed
+        from harness.setup.discovery import discover, list_nodes, select_nodes
 
         cluster = Cluster.connect(self.cfg.kubeconfig, cancelled=self.cancel, retry_budget=CONNECT_RETRY_SECONDS,
                                   context=self.cfg.kube_context)

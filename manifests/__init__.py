@@ -1,1 +1,1 @@
-"""YAML templates of the workloads and launchers, rendered by harness.manifests (shipped as package data)."""
+"""YAML templates of the workloads and launchers, rendered by harness.cluster.manifests (shipped as package data)."""

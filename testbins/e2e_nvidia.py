@@ -13,19 +13,18 @@ import re
 import sys
 from dataclasses import dataclass
 
-from harness.bandwidth import judge_busbw, sweep_max_bytes
-from harness.capacity import check_gpus_seen, judge_advertised
-from harness.checks import Check, Verdict
+from harness.cluster.logs import CapturedLog
 from harness.errors import TestFailure
-from harness.launchers import Workload
-from harness.logs import CapturedLog
-from harness.measurements import record_verdict, training_verdict
-from harness.metrics import read_lines
+from harness.framework.context import TestContext
+from harness.framework.suite import Feature, Suite, TestFunc
+from harness.jobs.assessment import assess, record_verdict
+from harness.jobs.job import TrainingJob, launch
+from harness.jobs.launchers import Workload
+from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.runner import main as run_suite
-from harness.suite import Feature, Suite, TestFunc
-from harness.testing import TestContext
-from harness.training_job import TrainingJob, launch
-from harness.verdict import check_parse
+from harness.verdict.bandwidth import judge_busbw, sweep_max_bytes
+from harness.verdict.capacity import check_gpus_seen, judge_advertised
+from harness.verdict.checks import Check, Verdict
 
 # With EFA on RDMA-capable instance types NCCL must use Libfabric with GPUDirect RDMA.
 EFA_GDRDMA = re.compile(r"\[send\] via NET/.*Libfabric/.*/GDRDMA")
@@ -60,11 +59,8 @@ def test_nccl_allreduce(t: TestContext) -> None:
     sweep = ("--max-bytes", needed) if needed else ()
     job = launch(t, Workload("nccl-allreduce", "workloads.allreduce", ("--size", size, *sweep)))
     job.wait_succeeded()
-    metrics = job.metrics()
-    job.report(metrics)
-    verdict, meta = training_verdict(t, metrics, job.world_size, "allreduce")
-    verdict.extend(judge_busbw("allreduce", metrics.sweep, t.topology.node_type, job.node_count, t.cfg.min_busbw))
-    record_verdict(t, verdict, metrics, meta)
+    assess(t, job, "allreduce", lambda metrics: judge_busbw(
+        "allreduce", metrics.sweep, t.topology.node_type, job.node_count, t.cfg.min_busbw))
 
 
 def used_gdrdma(logs: list[CapturedLog]) -> bool:
@@ -98,14 +94,15 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
                    **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {})})
     job = launch(t, workload)
     job.wait_succeeded()
-    metrics = job.metrics()
-    job.report(metrics)
     nodes = sweep.nodes or t.topology.node_count
-    verdict = Verdict([check_parse(metrics)])
-    verdict.extend(judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw))
-    if efa and sweep.requires_gdrdma:
-        verdict.add(check_gdrdma(t, job.capture_logs()))
-    record_verdict(t, verdict, metrics)
+
+    def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
+        verdict = judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw)
+        if efa and sweep.requires_gdrdma:
+            verdict.add(check_gdrdma(t, job.capture_logs()))
+        return verdict
+
+    assess(t, job, more=bandwidth_and_path)
 
 
 def check_gdrdma(t: TestContext, logs: list[CapturedLog]) -> Check:
@@ -127,7 +124,7 @@ def ours_nccl(nodes: str) -> TestFunc:
             t.skip("one node: the multi-node variant needs at least 2")
         rdma = bool(RDMA_CAPABLE_TYPES.match(t.topology.node_type))
         t.logf("nccl-tests all_reduce_perf on %d node(s)", count)
-        # Far enough to reach the size the node type's floor was measured at (harness/bandwidth.py).
+        # Far enough to reach the size the node type's floor was measured at (harness/verdict/bandwidth.py).
         max_bytes = sweep_max_bytes(t.topology.node_type, count, "all_reduce_perf") or ("2G" if count == 1 else "16G")
         run_nccl_tests(t, NcclSweep("all_reduce_perf", f"nccl-tests-{count}n", count, max_bytes, 8 * 1024 * 1024,
                                     rdma))
@@ -358,7 +355,7 @@ def gpus_listed(log: CapturedLog) -> int:
 
 @SUITE.test("TestGPUCapacity", labels=GPU, assessments=("GPUs seen",))
 def test_gpu_capacity(t: TestContext) -> None:
-    """Every node advertises the GPUs (and EFA devices) its type should have (harness/capacity.py:
+    """Every node advertises the GPUs (and EFA devices) its type should have (harness/verdict/capacity.py:
     the table, else the most any node advertises; GPUS_PER_NODE wins), and a pod on each node sees
     them all."""
     if t.cfg.accelerator == "cpu":

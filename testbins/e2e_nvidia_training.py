@@ -6,18 +6,17 @@ from __future__ import annotations
 import re
 import sys
 
-from harness.conditions import log_line_matches, pods_ready
-from harness.config import Config
+from harness.cluster.conditions import log_line_matches, pods_ready
+from harness.cluster.logs import Heading
+from harness.cluster.resources import POD
+from harness.config.settings import Config
 from harness.errors import TestFailure
-from harness.launchers import Workload
-from harness.logs import Heading
-from harness.measurements import assess_training
-from harness.metrics import WorkloadMetrics
-from harness.resources import POD
+from harness.framework.context import TestContext
+from harness.framework.suite import Suite
+from harness.jobs.assessment import assess
+from harness.jobs.job import launch
+from harness.jobs.launchers import Workload
 from harness.runner import main as run_suite
-from harness.suite import Suite
-from harness.testing import TestContext
-from harness.training_job import TrainingJob, launch
 
 SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluster: each test launches a workload "
               "across the configured nodes (torchrun or MPI), waits failing fast, and checks its metrics.",
@@ -38,15 +37,6 @@ def workload_size(cfg: Config, workload: str) -> str:
     on GPUs."""
     size = cfg.workload_size or ("tiny" if cfg.accelerator == "cpu" or cfg.test_short else "base")
     return SIZES[workload][size]
-
-
-def assess(t: TestContext, job: TrainingJob, workload: str) -> WorkloadMetrics:
-    """The shared verdict (harness.verdict.judge_training): every check recorded, the first failing one
-    fails the test."""
-    metrics = job.metrics()
-    job.report(metrics)
-    assess_training(t, metrics, job.world_size, workload)
-    return metrics
 
 
 def bert_workload(cfg: Config) -> Workload:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from harness.cli import wants_help
+from harness.framework.cli import wants_help
+from harness.framework.suite import Suite
 from harness.runner import EXIT_USAGE
 from harness.runner import main as run_suite
-from harness.suite import Suite
 from testbins import e2e_nvidia, e2e_nvidia_training
 
 SUITES: dict[str, Suite] = {s.binary: s for s in (e2e_nvidia_training.SUITE, e2e_nvidia.SUITE)}

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness.junit import CaseResult, Outcome, write_junit  # noqa: E402
+from harness.report.junit import CaseResult, Outcome, write_junit  # noqa: E402
 
 UPSTREAM_32_RANKS = REPO / "tests" / "fixtures" / "bert-mpirun-32ranks.log"
 START = datetime(2026, 11, 30, 21, 32, 44, tzinfo=timezone.utc)
@@ -412,7 +412,7 @@ def write_artifacts(artifacts: Path, tests: list[FixtureTest]) -> Path:
         if test.result is not None:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "result.json").write_text(json.dumps(test.result, indent=1))
-        # harness.junit.xml_safe cannot encode a lone surrogate (it raises): only result.json carries one.
+        # harness.report.junit.xml_safe cannot encode a lone surrogate (it raises): only result.json carries one.
         message, detail = (text.encode("utf-8", "replace").decode() for text in (test.message, test.detail))
         by_binary.setdefault(test.binary, []).append(CaseResult(
             test.name, Outcome(test.outcome), test.elapsed_s, message, detail, properties=test.properties))
@@ -445,7 +445,7 @@ class ScenarioPage:
 
 def write_pages(root: Path, names: list[str] | None = None) -> dict[str, ScenarioPage]:
     """Every scenario (or those named) under root/<name>, each with its report.html."""
-    from harness.report import write_report
+    from harness.report.page import write_report
 
     pages = {}
     for name in names or list(SCENARIOS):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from harness.launchers import Workload
+from harness.framework.context import TestContext
+from harness.framework.suite import Suite
+from harness.jobs.job import launch
+from harness.jobs.launchers import Workload
 from harness.runner import main as run_suite
-from harness.suite import Suite
-from harness.testing import TestContext
-from harness.training_job import launch
 
 SUITE = Suite("mpi-faults", "MPIJob faults: a rank that exits non-zero, a worker pod deleted mid-run.")
 # The rank --fail-rank (default 1) exits 17 before this step, on every launcher run (mpirun's ranks

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness.addons import EFA_DEVICE_PLUGIN, MPI_OPERATOR, NVIDIA_DEVICE_PLUGIN, addon_objects
+from harness.setup.addons import EFA_DEVICE_PLUGIN, MPI_OPERATOR, NVIDIA_DEVICE_PLUGIN, addon_objects
 
 from .conftest import LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
 from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes.client.rest import ApiException
 
-from harness.cancel import CancelToken
-from harness.cli import parse_args
-from harness.cluster import Cluster
-from harness.conditions import (
+from harness.cluster.cancel import CancelToken
+from harness.cluster.client import Cluster
+from harness.cluster.conditions import (
     any_pod_failed,
     deleted,
     job_failed,
@@ -28,14 +27,15 @@ from harness.conditions import (
     pods_ready,
     pods_succeeded,
 )
-from harness.config import Source, resolve
-from harness.discovery import discover
+from harness.cluster.labels import MANAGED_BY_LABEL
+from harness.cluster.logs import capture_pod_logs
+from harness.cluster.manifests import render
+from harness.cluster.resources import JOB, MPIJOB, POD
+from harness.cluster.wait import wait_for
+from harness.config.settings import Source, resolve
 from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
-from harness.labels import MANAGED_BY_LABEL
-from harness.logs import capture_pod_logs
-from harness.manifests import render
-from harness.resources import JOB, MPIJOB, POD
-from harness.wait import wait_for
+from harness.framework.cli import parse_args
+from harness.setup.discovery import discover
 
 from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 from .conftest import wait_for as poll
@@ -259,7 +259,7 @@ def test_discovery_on_gpu_nodes_with_efa(default_nodes: LocalCluster, kube: Clus
     assert [n.gpus for n in topology.nodes] == [8, 8]
     # What a p4d.24xlarge should have (the table), not the fewest a node advertises.
     assert str(topology.origins["gpus_per_node"]) == ("derived: nvidia.com/gpu: p4d.24xlarge table in "
-                                                      "harness/thresholds.yaml (source aws-ec2-specs)")
+                                                      "harness/verdict/thresholds.yaml (source aws-ec2-specs)")
     with pytest.raises(ConfigError, match="NODE_COUNT=3 but only 2 Ready p4d.24xlarge nodes"):
         discover(kube, cfg_for(NODE_COUNT="3"), CancelToken())
     with pytest.raises(ConfigError, match="no Ready node of type 'p5.48xlarge'"):

@@ -178,7 +178,7 @@ def test_nccl_bandwidth_below_floor_fails_canned_logs(default_nodes: LocalCluste
     assert failure.message == ("threshold: bus bandwidth at 16 GiB (the sweep's largest message): 178.09 GB/s "
                                "out-of-place, 176.32 GB/s in-place, expected >= 205.20 GB/s (0.9 x 228 GB/s, the "
                                "p4d.24xlarge single-node all_reduce floor measured at 8 GiB; source azure-nhc in "
-                               "harness/thresholds.yaml)")
+                               "harness/verdict/thresholds.yaml)")
 
 
 def test_allreduce_on_gpu_nodes_canned_logs(default_nodes: LocalCluster, tmp_path: Path):

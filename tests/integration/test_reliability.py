@@ -20,9 +20,9 @@ import junitparser
 import pytest
 import yaml
 
-from harness.cluster import Cluster
-from harness.labels import MANAGED_BY_LABEL
-from harness.manifests import render
+from harness.cluster.client import Cluster
+from harness.cluster.labels import MANAGED_BY_LABEL
+from harness.cluster.manifests import render
 
 from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
 
@@ -204,9 +204,9 @@ CAPTURE_SCRIPT = """
 import re, sys
 from pathlib import Path
 Path("/proc/self/clear_refs").write_text("5")
-from harness.cluster import Cluster
-from harness.logs import capture_pod_logs
-from harness.resources import POD
+from harness.cluster.client import Cluster
+from harness.cluster.logs import capture_pod_logs
+from harness.cluster.resources import POD
 kubeconfig, namespace, dest = sys.argv[1:4]
 cluster = Cluster.connect(kubeconfig)
 pods = cluster.list(POD, namespace, label_selector="job=huge")["items"]

@@ -15,7 +15,7 @@ import pytest
 from browser.chromium import Chromium
 from report_in_browser import check_run_page
 
-from harness.junit import summarize
+from harness.report.junit import summarize
 
 from .conftest import LocalCluster, ensure_default_nodes
 from .kubetest2_runs import case_properties, junit_cases, kubetest2

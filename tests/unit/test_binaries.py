@@ -157,7 +157,7 @@ def python_prints(code: str) -> str:
 
 def test_importing_harness_and_testbins_loads_no_torch():
     assert python_prints(
-        "import sys, harness, harness.runner, harness.training_job, harness.metrics, testbins.e2e_nvidia_training, "
+        "import sys, harness, harness.runner, harness.jobs.job, harness.metrics.records, testbins.e2e_nvidia_training, "
         "testbins.e2e_nvidia, testbins.kubetest2_tester_training; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'lightning')))") == "[]"
 

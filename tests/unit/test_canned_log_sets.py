@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
 from local_cluster.canned_pods import CannedPods
 
-from harness.metrics import combine, scan_lines
+from harness.metrics.records import combine, scan_lines
 from testbins import e2e_nvidia
 
 CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"

@@ -3,10 +3,10 @@ the bar, it is named with what it advertises."""
 
 from __future__ import annotations
 
-from harness.capacity import Expected, check_advertised, check_gpus_seen, expected_per_node, judge_advertised
-from harness.checks import Status
-from harness.config import Origin, Source
-from harness.topology import EFA_RESOURCE, GPU_RESOURCE, NodeInfo, Topology
+from harness.config.settings import Origin, Source
+from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, NodeInfo, Topology
+from harness.verdict.capacity import Expected, check_advertised, check_gpus_seen, expected_per_node, judge_advertised
+from harness.verdict.checks import Status
 
 
 def node(name: str, kind: str = "p4d.24xlarge", gpus: int = 8, efa: int = 4) -> NodeInfo:
@@ -20,7 +20,7 @@ def test_a_node_that_lost_a_gpu_fails_naming_it_and_what_it_advertises():
     check = check_advertised(nodes, GPU_RESOURCE, expected)
     assert check.status is Status.FAIL
     assert check.message.startswith("capacity: node ip-10-0-1-6 advertises 7 nvidia.com/gpu, expected 8 per node "
-                                    "(p4d.24xlarge table in harness/thresholds.yaml (source aws-ec2-specs))")
+                                    "(p4d.24xlarge table in harness/verdict/thresholds.yaml (source aws-ec2-specs))")
 
 
 def test_an_unknown_type_takes_the_most_advertised_not_the_fewest():

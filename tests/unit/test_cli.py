@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from harness.cli import parse_args, usage, wants_help
 from harness.errors import UsageError
-from harness.suite import Feature, Selector, Suite, TestCase, listed, split_run_pattern
+from harness.framework.cli import parse_args, usage, wants_help
+from harness.framework.suite import Feature, Selector, Suite, TestCase, listed, split_run_pattern
 
 
 @pytest.mark.parametrize("argv", [

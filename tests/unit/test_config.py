@@ -8,10 +8,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from harness.cli import parse_args
-from harness.config import SETTINGS, Config, Source, properties, report_lines, resolve
+from harness.config.settings import SETTINGS, Config, Source, properties, report_lines, resolve
+from harness.config.values import format_duration, parse_duration
 from harness.errors import ConfigError
-from harness.parsers import format_duration, parse_duration
+from harness.framework.cli import parse_args
 
 
 def resolve_env(env: dict[str, str], argv: list[str] | None = None):
@@ -171,8 +171,8 @@ def test_resolved_values_have_the_declared_types():
 
 
 def test_nccl_tests_min_bw_is_read_by_the_harness_not_passed_to_pods(monkeypatch):
-    """nccl-tests would judge it on the sweep's average and fail a healthy cluster (harness/bandwidth.py)."""
-    from harness.config import pod_environment_passthrough
+    """nccl-tests would judge it on the sweep's average and fail a healthy cluster (harness/verdict/bandwidth.py)."""
+    from harness.config.settings import pod_environment_passthrough
 
     monkeypatch.setenv("NCCL_TESTS_MIN_BW", "400")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli import parse_args
-from harness.config import Origin, Source, properties, resolve
-from harness.discovery import _efa, _gpus, select_nodes
+from harness.config.settings import Origin, Source, properties, resolve
+from harness.config.topology import NodeInfo, Topology
 from harness.errors import ConfigError
-from harness.topology import NodeInfo, Topology
+from harness.framework.cli import parse_args
+from harness.setup.discovery import _efa, _gpus, select_nodes
 
 
 def cfg_for(env: dict[str, str] | None = None, argv: list[str] | None = None):
@@ -78,7 +78,7 @@ def test_topology_shows_in_the_properties_under_the_settings_names():
 
 def test_gpus_per_node_is_what_the_type_should_have_not_the_fewest(monkeypatch):
     """8 and 7 advertised: a p4d.24xlarge should have 8 (the table); an unknown type the most seen."""
-    monkeypatch.setattr("harness.discovery.wait_for", lambda *a, **k: None)
+    monkeypatch.setattr("harness.setup.discovery.wait_for", lambda *a, **k: None)
     for kind, origin in (("p4d.24xlarge", "p4d.24xlarge table"), ("custom.8gpu", "the most any of the 2")):
         nodes = [node("a", kind, gpus=8), node("b", kind, gpus=7)]
         selection = select_nodes(nodes, cfg_for())

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import parse_args
-from harness.config import SETTINGS_BY_FLAG, Verbosity, resolve
+from harness.config.settings import SETTINGS_BY_FLAG, Verbosity, resolve
 from harness.errors import ConfigError
-from harness.suite import Feature, Selector, Suite, TestCase, describe_selection, feature_name
+from harness.framework.cli import parse_args
+from harness.framework.suite import Feature, Selector, Suite, TestCase, describe_selection, feature_name
 from testbins import e2e_nvidia, e2e_nvidia_training
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "upstream-flags"

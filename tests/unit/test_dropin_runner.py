@@ -19,9 +19,9 @@ import junitparser
 import pytest
 
 from harness.errors import Interrupted, TestFailure
+from harness.framework.context import TEST2JSON_MARKER, TestContext
+from harness.framework.suite import Feature, Suite
 from harness.runner import EXIT_FAIL, EXIT_PANIC, EXIT_PASS, EXIT_USAGE, Runner, main
-from harness.suite import Feature, Suite
-from harness.testing import TEST2JSON_MARKER, TestContext
 
 GO_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "go-test2json"
 
@@ -109,7 +109,7 @@ def counting_suite(runs: list[str]) -> Suite:
 def test_count_repeats_every_test_with_its_own_artifacts(env):
     runs: list[str] = []
     assert main(counting_suite(runs), ["-test.count=2", "-test.run=One|Two"]) == EXIT_PASS
-    # harness.artifacts.folder_of_test: a repetition's folder is TestX_01 (`#` is not safe in a path)
+    # harness.config.artifacts.folder_of_test: a repetition's folder is TestX_01 (`#` is not safe in a path)
     assert runs == ["TestOne TestOne", "TestTwo TestTwo", "TestOne TestOne_01", "TestTwo TestTwo_01"]
     assert [c.name for c in cases(env)] == ["TestOne", "TestTwo", "TestOne", "TestTwo"]
 
@@ -288,7 +288,7 @@ def test_klog_v_sets_the_log_level(env, level, expected):
 # -- a signal the exec tester relays is one interrupt ---------------------------------------------
 
 def test_the_same_signal_twice_at_once_is_one_interrupt_later_a_second(env):
-    from harness.config import resolve
+    from harness.config.settings import resolve
 
     runner = Runner(counting_suite([]), resolve({}, {}))
     runner._on_signal(signal.SIGTERM, None)
@@ -314,7 +314,7 @@ current-context: a
 
 
 def test_context_picks_the_kubeconfig_context(tmp_path):
-    from harness.cluster import Cluster
+    from harness.cluster.client import Cluster
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(TWO_CONTEXTS)

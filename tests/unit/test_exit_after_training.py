@@ -3,8 +3,8 @@ the message says training completed and how the process ended at exit."""
 
 from __future__ import annotations
 
-from harness.exit_after_training import explain
-from harness.logs import CapturedLog
+from harness.cluster.logs import CapturedLog
+from harness.jobs.exit_after_training import explain
 
 from .crafted_logs import metrics_line, metrics_record
 

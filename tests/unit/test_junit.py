@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 import junitparser
 import pytest
 
-from harness import artifacts
-from harness.artifacts import add_metadata
-from harness.junit import CaseResult, Outcome, write_junit, xml_safe
+from harness.config import artifacts
+from harness.config.artifacts import add_metadata
+from harness.report.junit import CaseResult, Outcome, write_junit, xml_safe
 
 HOSTILE = (b"start \x00\x01\x02\x07\x08\x0b\x0c\x1b[31mred\x1b[0m \x1b]0;title\x07 \xff\xfe\xc3(\xed\xa0\x80 "
            b"]]> <!-- & </system-out> \xef\xbf\xbe end\n")

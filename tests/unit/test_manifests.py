@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.cluster.labels import MANAGED_BY_LABEL
+from harness.cluster.manifests import PLACEHOLDER, TEMPLATE_FIELDS, render, render_text, save
 from harness.errors import RenderError
-from harness.labels import MANAGED_BY_LABEL
-from harness.manifests import PLACEHOLDER, TEMPLATE_FIELDS, render, render_text, save
 
 REPO = Path(__file__).resolve().parents[2]
 

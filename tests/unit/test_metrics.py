@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from harness.errors import UnrecognisedLog
-from harness.log_lines import split_tag
-from harness.metrics import FORMAT_ITER, FORMAT_KT2T, combine, parse_files, scan_file, scan_lines
+from harness.metrics.log_lines import split_tag
+from harness.metrics.records import FORMAT_ITER, FORMAT_KT2T, combine, parse_files, scan_file, scan_lines
 
 from .crafted_logs import metrics_line, metrics_record, nccl_table, training_log
 

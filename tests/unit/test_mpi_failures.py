@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.conditions import any_pod_failed, mpi_worker_lost, pods_ended
-from harness.launchers import LAUNCHERS, Placement, Workload
-from harness.logs import CapturedLog
-from harness.measurements import job_metrics
-from harness.metrics import read_lines
-from harness.mpirun import explain_failure, launcher_runs, lost_worker_hosts, read_mpirun_log
-from harness.watch import ClusterState
+from harness.cluster.conditions import any_pod_failed, mpi_worker_lost, pods_ended
+from harness.cluster.logs import CapturedLog
+from harness.cluster.watch import ClusterState
+from harness.jobs.job_metrics import job_metrics
+from harness.jobs.launchers import LAUNCHERS, Placement, Workload
+from harness.jobs.mpirun import explain_failure, launcher_runs, lost_worker_hosts, read_mpirun_log
+from harness.metrics.records import read_lines
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROLE = "training.kubeflow.org/job-role"

@@ -27,10 +27,10 @@ def dockerfile_copies() -> list[str]:
 
 
 def test_dockerfile_copies_every_package_and_the_kubetest2_module():
-    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     copied = dockerfile_copies()
     for package in packages:
-        top = package.split(".")[0]  # a subpackage comes with its top-level folder
+        top = package.split(".")[0]  # a subpackage (harness.*) comes with its top-level folder
         assert top in copied, f"Dockerfile.kubetest2 does not COPY {top}/ (package {package})"
     assert "hack/go/kubetest2" in copied
     assert {"pyproject.toml", "README.md"} <= set(copied)
@@ -62,7 +62,7 @@ def test_python_stage_installs_without_torch_and_binaries_answer_help(tmp_path):
                             text=True, check=True).stdout.lower()
     assert "torch==" not in listed and "transformers==" not in listed
     # The manifests and threshold table ship as package data.
-    check = ("from harness.manifests import template_text; from harness.thresholds import node_type; "
+    check = ("from harness.cluster.manifests import template_text; from harness.verdict.thresholds import node_type; "
              "template_text('torchrun-job.yaml'); template_text('addons/mpi-operator.yaml'); "
              "print(node_type('p5.48xlarge').busbw_floors[('single-node', 'all_reduce')][0].gbps)")
     done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, check=True,

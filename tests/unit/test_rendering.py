@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness.labels import MANAGED_BY, MANAGED_BY_LABEL
-from harness.launchers import LAUNCHERS, Placement, Workload, rank_locations
-from harness.manifests import render
+from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL
+from harness.cluster.manifests import render
+from harness.jobs.launchers import LAUNCHERS, Placement, Workload, rank_locations
 
 LABELS = {MANAGED_BY_LABEL: MANAGED_BY, "kubetest2-training/job": "bert-training"}
 

@@ -1,4 +1,4 @@
-"""harness.report on canned artifacts (tests/report_fixtures.py): the page's DOM, links, escaping, size, CLI."""
+"""harness.report.page on canned artifacts (tests/report_fixtures.py): the page's DOM, links, escaping, size, CLI."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from urllib.parse import unquote
 import pytest
 from report_fixtures import HOSTILE, SCENARIOS, FixtureTest, write_pages
 
-from harness.report import main, write_report
-from harness.svg_charts import fmt_bytes, log2_ticks, nice_ticks, thin, tick_text
+from harness.report.charts import fmt_bytes, log2_ticks, nice_ticks, thin, tick_text
+from harness.report.page import main, write_report
 
 REPO = Path(__file__).resolve().parents[2]
 VOID = {"meta", "br", "img", "input", "link", "hr", "col", "source", "wbr"}
@@ -300,7 +300,7 @@ def test_cli_exits_2_naming_a_folder_without_artifacts(tmp_path: Path, kind: str
 
 
 def test_report_imports_no_torch() -> None:
-    code = "import sys, harness.report; print('torch' in sys.modules)"
+    code = "import sys, harness.report.page; print('torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert run.stdout.strip() == "False"
 

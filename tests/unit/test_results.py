@@ -10,18 +10,18 @@ from pathlib import Path, PurePosixPath
 import junitparser
 import pytest
 
-from harness.artifacts import folder_of_test
-from harness.checks import Check, Verdict
+from harness.cluster.logs import CapturedLog
+from harness.config.artifacts import folder_of_test
 from harness.errors import TestFailure
-from harness.junit import summarize
-from harness.logs import CapturedLog
-from harness.measurements import record_verdict
-from harness.metrics import combine, scan_lines
-from harness.report_input import read_result
-from harness.results import MAX_STEPS_PER_RANK, MetricsMeta
+from harness.framework.context import TestContext
+from harness.framework.suite import Suite
+from harness.jobs.assessment import record_verdict
+from harness.metrics.records import combine, scan_lines
+from harness.report.inputs import read_result
+from harness.report.junit import summarize
+from harness.report.results import MAX_STEPS_PER_RANK, MetricsMeta
 from harness.runner import EXIT_FAIL, EXIT_PASS, main
-from harness.suite import Suite
-from harness.testing import TestContext
+from harness.verdict.checks import Check, Verdict
 
 from .crafted_logs import metrics_line, metrics_record, step_lines
 

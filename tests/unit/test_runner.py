@@ -9,10 +9,10 @@ import junitparser
 import pytest
 
 from harness.errors import TestFailure
-from harness.metrics import combine, scan_lines
+from harness.framework.context import TestContext
+from harness.framework.suite import Suite
+from harness.metrics.records import combine, scan_lines
 from harness.runner import EXIT_FAIL, EXIT_PASS, main
-from harness.suite import Suite
-from harness.testing import TestContext
 
 pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
 
@@ -110,7 +110,7 @@ def test_a_report_that_cannot_be_written_leaves_the_verdict_and_says_why(tmp_pat
     def broken(_artifacts):
         raise RuntimeError("the page broke")
 
-    monkeypatch.setattr("harness.report.write_report", broken)
+    monkeypatch.setattr("harness.report.page.write_report", broken)
     assert run(suite_of(passes), tmp_path, monkeypatch) == EXIT_PASS
     out, err = capsys.readouterr()
     assert out.splitlines()[-1] == "PASS"

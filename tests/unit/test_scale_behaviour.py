@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from harness.cancel import CancelToken
-from harness.cli import parse_args
-from harness.conditions import any_pod_failed
-from harness.config import resolve
-from harness.discovery import discover
+from harness.cluster.cancel import CancelToken
+from harness.cluster.conditions import any_pod_failed
+from harness.cluster.watch import ClusterState
+from harness.config.settings import resolve
+from harness.config.topology import describe_nodes
 from harness.errors import ClusterError, ConfigError
-from harness.topology import describe_nodes
-from harness.watch import ClusterState
+from harness.framework.cli import parse_args
+from harness.setup.discovery import discover
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
@@ -133,8 +133,8 @@ class LogServer:
 
 
 def test_each_log_is_scanned_as_it_is_captured_and_gives_the_metrics_a_later_scan_would(tmp_path: Path):
-    from harness.logs import capture_pod_logs
-    from harness.measurements import LogScans, job_metrics
+    from harness.cluster.logs import capture_pod_logs
+    from harness.jobs.job_metrics import LogScans, job_metrics
 
     def line(rank: int) -> bytes:
         return f'KT2T_METRICS {{"workload": "bert", "rank": {rank}, "throughput": {100 + rank}}}\n'.encode()

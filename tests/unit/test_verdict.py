@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from harness.bandwidth import judge_busbw
-from harness.checks import Status, Verdict
 from harness.errors import TestFailure, ThresholdMissed
-from harness.metrics import combine, parse_files, scan_lines
-from harness.verdict import WORKLOADS, Expectation, check_parse, judge_training
+from harness.metrics.records import combine, parse_files, scan_lines
+from harness.verdict.bandwidth import judge_busbw
+from harness.verdict.checks import Status, Verdict
+from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training
 
 from .crafted_logs import GIB, metrics_line, metrics_record, nccl_table, step_lines, training_log
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness.conditions import (
+from harness.cluster.conditions import (
     any_pod_failed,
     deleted,
     job_failed,
@@ -17,9 +17,9 @@ from harness.conditions import (
     pods_ready,
     pods_succeeded,
 )
+from harness.cluster.resources import NAMESPACE
+from harness.cluster.watch import LOG_END, LOG_LINE, ClusterState
 from harness.errors import JobFailed
-from harness.resources import NAMESPACE
-from harness.watch import LOG_END, LOG_LINE, ClusterState
 
 
 def pod(name="w-0", phase="Running", node="n1", waiting=None, terminated=None, last_terminated=None,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harness import conditions
-from harness.conditions import any_pod_failed, node_not_ready, nodes_advertise_gpus
-from harness.watch import ClusterState
+from harness.cluster import conditions
+from harness.cluster.conditions import any_pod_failed, node_not_ready, nodes_advertise_gpus
+from harness.cluster.watch import ClusterState
 
 
 def pod(name, version, phase="Running", waiting=None, exit_code=None):

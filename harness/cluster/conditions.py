@@ -1,0 +1,399 @@
+"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded, failed or
+ended, an MPIJob's worker lost, nodes NotReady or advertising GPUs, an object deleted, a line in a
+pod's log.
+
+A condition that judges many objects (pods, nodes) keeps its answer up to date from the objects
+changed since it last looked (a ChangeCursor) and caches each object's verdict by
+resourceVersion: a pod event costs O(1), not O(pods) (bench/harness_costs.py cpu).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from harness.cluster.pods import mpi_role, node_of, pod_failure_reason, true_condition, unschedulable_message
+from harness.cluster.resources import CRD, DEPLOYMENT, JOB, MPIJOB, NODE, POD, Obj, Resource
+from harness.cluster.wait import Condition
+from harness.cluster.watch import ChangeCursor, ClusterState, FollowedLog, Key, Watched
+from harness.config.topology import GPU_RESOURCE, NodeInfo
+from harness.config.values import format_duration
+from harness.errors import JobFailed
+
+
+def _reached(resource: Resource, namespace: str, name: str, condition_type: str, verb: str) -> Condition:
+    """The object `name` of `resource` has `condition_type`=True; described as "<kind> <name> <verb>"."""
+    label = resource.kind.lower()
+    watches = (Watched(resource, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        cond = true_condition(state.get(resource.kind, namespace, name), condition_type)
+        if cond is None:
+            return None
+        detail = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        return f"{label} {name} {verb}" + (f": {detail}" if detail and condition_type == "Failed" else "")
+
+    awaited = {"succeeded": "succeed", "failed": "fail"}.get(verb, f"be {verb}")
+    return Condition(f"{label} {name} to {awaited}", watches, check)
+
+
+def job_succeeded(namespace: str, name: str) -> Condition:
+    """A batch/v1 Job is Complete."""
+    return _reached(JOB, namespace, name, "Complete", "succeeded")
+
+
+def job_failed(namespace: str, name: str) -> Condition:
+    return _reached(JOB, namespace, name, "Failed", "failed")
+
+
+def mpijob_succeeded(namespace: str, name: str) -> Condition:
+    """An MPIJob (kubeflow.org/v2beta1) is Succeeded."""
+    return _reached(MPIJOB, namespace, name, "Succeeded", "succeeded")
+
+
+def mpijob_failed(namespace: str, name: str) -> Condition:
+    return _reached(MPIJOB, namespace, name, "Failed", "failed")
+
+
+def deployment_available(namespace: str, name: str) -> Condition:
+    """A Deployment is Available (its minimum of replicas Ready)."""
+    return _reached(DEPLOYMENT, namespace, name, "Available", "available")
+
+
+def crd_established(name: str) -> Condition:
+    """A CustomResourceDefinition is Established: the API server serves its kind."""
+    return _reached(CRD, "", name, "Established", "established")
+
+
+def pods_ready_on_nodes(namespace: str, label_selector: str, node_names: Iterable[str]) -> Condition:
+    """A Ready pod of the selection on every one of the nodes: a DaemonSet rolled out there."""
+    wanted = sorted(set(node_names))
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        ready = {node_of(pod) for pod in state.of_kind("Pod")
+                 if pod["metadata"].get("namespace") == namespace and true_condition(pod, "Ready") is not None}
+        return f"a Ready pod on each of {', '.join(wanted)}" if ready.issuperset(wanted) else None
+
+    return Condition(f"a Ready pod ({label_selector}) on each of {', '.join(wanted)}",
+                     (Watched(POD, namespace, label_selector),), check)
+
+
+def deleted(resource: Resource, name: str, namespace: str | None = None) -> Condition:
+    """The object is gone (never there counts too, once it has been listed)."""
+    watches = (Watched(resource, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        gone = state.listed(resource.kind) and state.get(resource.kind, namespace or "", name) is None
+        return f"{resource.kind.lower()} {name} deleted" if gone else None
+
+    return Condition(f"{resource.kind.lower()} {name} to be deleted", watches, check)
+
+
+def log_line_matches(namespace: str, pod: str, pattern: re.Pattern[str], container: str | None = None) -> Condition:
+    """A line of the pod's log matches `pattern` (the line is the description); JobFailed if the
+    log ends without one. For "mid-training" moments only the workload's output shows."""
+    followed = FollowedLog(namespace, pod, pattern, container)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        lines = state.log_lines(followed)
+        if lines:
+            return lines[0]
+        if state.log_ended(followed):
+            raise JobFailed(f"the log of {pod} ended without a line matching {pattern.pattern!r}", pod)
+        return None
+
+    return Condition(f"a line matching {pattern.pattern!r} in the log of {pod}", (followed,), check)
+
+
+class _MatchingPods:
+    """How many watched pods satisfy a predicate, kept up to date from the pods that changed."""
+
+    def __init__(self, predicate: Callable[[Obj], bool]) -> None:
+        self.predicate = predicate
+        self.cursor = ChangeCursor("Pod")
+        self.matching: set[Key] = set()
+
+    def count(self, state: ClusterState) -> int:
+        changed, fresh = self.cursor.changed(state)
+        if fresh:
+            self.matching.clear()
+        for key in changed:
+            pod = state.get("Pod", *key)
+            if pod is not None and self.predicate(pod):
+                self.matching.add(key)
+            else:
+                self.matching.discard(key)
+        return len(self.matching)
+
+
+def _pods_counted(namespace: str, label_selector: str, count: int, predicate: Callable[[Obj], bool],
+                  awaited: str, seen_as: str) -> Condition:
+    matching = _MatchingPods(predicate)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        seen = matching.count(state)
+        return f"{seen} pods {seen_as}" if seen >= count else None
+
+    return Condition(f"{count} pods ({label_selector}) to {awaited}", (Watched(POD, namespace, label_selector),),
+                     check)
+
+
+def pods_ready(namespace: str, label_selector: str, count: int) -> Condition:
+    """At least `count` of the selected pods are Ready."""
+    return _pods_counted(namespace, label_selector, count, lambda pod: true_condition(pod, "Ready") is not None,
+                         "be ready", "ready")
+
+
+def pods_succeeded(namespace: str, label_selector: str, count: int) -> Condition:
+    """At least `count` of the selected pods are in phase Succeeded."""
+    return _pods_counted(namespace, label_selector, count,
+                         lambda pod: pod.get("status", {}).get("phase") == "Succeeded", "succeed", "succeeded")
+
+
+class _FailingPods:
+    """The failing pods, kept up to date from the pods changed since the last look; pods under a
+    grace period are judged again on every look. The first failure in (namespace, name) order is
+    the answer, as a full scan would give."""
+
+    def __init__(self, grace: float, retried: Callable[[Obj], bool]) -> None:
+        self.grace = grace
+        self.retried = retried
+        self.cursor = ChangeCursor("Pod")
+        self.failing: dict[Key, tuple[str, str]] = {}  # key -> (pod name, reason)
+        self.timed: set[Key] = set()  # pods whose verdict depends on the clock
+        # uid -> (resourceVersion, reason): a pod's verdict changes only with a new version of
+        # it unless a grace period is running, so a re-list does not judge every pod again.
+        self.verdicts: dict[str, tuple[str, str | None]] = {}
+        # The pods seen (not deleted), and those the scheduler cannot place with its message:
+        # partial scheduling is reported as how many are pending and why.
+        self.alive: set[Key] = set()
+        self.unschedulable: dict[Key, str] = {}
+
+    def first(self, state: ClusterState, now: float) -> tuple[Key, str, str] | None:
+        """(key, pod name, reason) of the first failing pod, or None."""
+        changed, fresh = self.cursor.changed(state)
+        if fresh:
+            for kept in (self.failing, self.timed, self.alive, self.unschedulable):
+                kept.clear()
+        for key in {*changed, *self.timed}:
+            self.timed.discard(key)
+            self.failing.pop(key, None)
+            pod = state.get("Pod", *key)
+            self._note_scheduling(key, pod)
+            if pod is not None:
+                self._judge(key, pod, state, now)
+        if not self.failing:
+            return None
+        key = min(self.failing)
+        return (key, *self.failing[key])
+
+    def _note_scheduling(self, key: Key, pod: Obj | None) -> None:
+        message = None if pod is None else unschedulable_message(pod)
+        if pod is None:
+            self.alive.discard(key)
+        else:
+            self.alive.add(key)
+        if message is None:
+            self.unschedulable.pop(key, None)
+        else:
+            self.unschedulable[key] = message
+
+    def describe(self, key: Key, reason: str) -> str:
+        """The failure; for an unschedulable pod, with how many pods are pending and why."""
+        if key not in self.unschedulable:
+            return reason
+        others = Counter(message for other, message in self.unschedulable.items()
+                         if message != self.unschedulable[key])
+        also = "; ".join(f"{count} pod(s): {message}" for message, count in others.most_common(3))
+        return (f"{len(self.unschedulable)} of {len(self.alive)} pods Pending, unschedulable past POD_FAILURE_GRACE "
+                f"({format_duration(self.grace)}): {reason}" + (f"; other reasons: {also}" if also else ""))
+
+    def _judge(self, key: Key, pod: Obj, state: ClusterState, now: float) -> None:
+        meta = pod["metadata"]
+        uid, version = meta.get("uid") or meta["name"], meta.get("resourceVersion")
+        cached = self.verdicts.get(uid)
+        if version is not None and cached is not None and cached[0] == version:
+            reason = cached[1]
+        elif pod.get("status", {}).get("phase") == "Failed" and self.retried(pod):
+            reason = None  # its owner runs it again (the MPI launcher's Job): judged by the owner's failure
+        else:
+            time_checks = state.time_checks
+            reason = pod_failure_reason(pod, now, self.grace, state.held_for)
+            if state.time_checks != time_checks:
+                self.timed.add(key)
+            elif version is not None:
+                self.verdicts[uid] = (version, reason)
+        if reason is not None:
+            self.failing[key] = meta["name"], reason
+
+
+def _never(_pod: Obj) -> bool:
+    return False
+
+
+def any_pod_failed(namespace: str, label_selector: str, grace: float,
+                   retried: Callable[[Obj], bool] = _never) -> Condition:
+    """A pod Failed, OOMKilled, crash-looping, or unschedulable / not pulling past `grace`; a
+    Failed pod for which `retried` is true is a run its owner retries, not a failure."""
+    failing = _FailingPods(grace, retried)
+
+    def check(state: ClusterState, now: float) -> str | None:
+        found = failing.first(state, now)
+        return failing.describe(found[0], found[2]) if found else None
+
+    def blame(state: ClusterState, now: float) -> str | None:
+        found = failing.first(state, now)
+        return found[1] if found else None
+
+    return Condition(f"a pod ({label_selector}) to fail", (Watched(POD, namespace, label_selector),), check, blame)
+
+
+class _LostWorkers:
+    """An MPIJob's worker pods seen so far, and the first of them deleted or gone."""
+
+    def __init__(self) -> None:
+        self.cursor = ChangeCursor("Pod")
+        self.seen: dict[Key, Obj] = {}
+        self.lost: dict[Key, Obj] = {}  # the pod as last seen
+
+    def first(self, state: ClusterState) -> Obj | None:
+        changed, _ = self.cursor.changed(state)
+        for key in changed:
+            pod = state.get("Pod", *key)
+            if pod is None:
+                if key in self.seen:
+                    self.lost.setdefault(key, self.seen[key])
+            elif mpi_role(pod) == "worker":
+                if pod["metadata"].get("deletionTimestamp"):
+                    self.lost.setdefault(key, pod)
+                self.seen[key] = pod
+        return self.lost[min(self.lost)] if self.lost else None
+
+
+def mpi_worker_lost(namespace: str, label_selector: str) -> Condition:
+    """A worker pod of an MPIJob was deleted (or vanished) while the job ran: mpirun cannot go on
+    without its ranks, and mpi-operator's new worker does not bring them back."""
+    lost = _LostWorkers()
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        pod = lost.first(state)
+        return None if pod is None else f"worker pod {pod['metadata']['name']} on node {node_of(pod)} " \
+                                        "was deleted while the job ran"
+
+    def blame(state: ClusterState, _now: float) -> str | None:
+        pod = lost.first(state)
+        return None if pod is None else pod["metadata"]["name"]
+
+    return Condition(f"a worker pod ({label_selector}) to be deleted", (Watched(POD, namespace, label_selector),),
+                     check, blame)
+
+
+def pods_ended(namespace: str, label_selector: str, names: Iterable[str]) -> Condition:
+    """Each named pod is Succeeded, Failed or gone (its processes have exited)."""
+    awaited = sorted(set(names))
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        if not state.listed("Pod"):
+            return None
+        running = [name for name in awaited
+                   if (pod := state.get("Pod", namespace, name)) is not None
+                   and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        return None if running else f"pods {', '.join(awaited) or '(none)'} ended"
+
+    return Condition(f"pods {', '.join(awaited)} to end", (Watched(POD, namespace, label_selector),), check)
+
+
+class _NodesNotReady:
+    """The first of some nodes that is NotReady or gone: all of them judged once, then only the
+    nodes changed since the last look (a 1,000-node job's heartbeats re-judged every node on each
+    one); each node's readiness cached by resourceVersion."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.wanted = set(names)
+        self.cursor = ChangeCursor("Node")
+        self.failing: dict[str, str] = {}  # name -> reason, for the nodes NotReady or gone
+        self.judged_all = False
+        self.verdicts: dict[str, tuple[str, str | None]] = {}  # name -> (resourceVersion, reason)
+
+    def first(self, state: ClusterState) -> str | None:
+        changed, fresh = self.cursor.changed(state)
+        if not state.count("Node"):
+            return None  # not listed yet
+        if fresh or not self.judged_all:
+            self.failing = {name: reason for name in self.names if (reason := self._verdict(name, state))}
+            self.judged_all = True
+        else:
+            for _, name in changed:
+                if name in self.wanted:
+                    reason = self._verdict(name, state)
+                    if reason is None:
+                        self.failing.pop(name, None)
+                    else:
+                        self.failing[name] = reason
+        return self.failing[min(self.failing)] if self.failing else None
+
+    def _verdict(self, name: str, state: ClusterState) -> str | None:
+        node = state.get("Node", "", name)
+        if node is None:
+            return f"node {name} was removed from the cluster"
+        version = node["metadata"].get("resourceVersion")
+        cached = self.verdicts.get(name)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        ready = next((c for c in node.get("status", {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        reason = None
+        if ready is None or ready.get("status") != "True":
+            why = (ready or {}).get("message") or (ready or {}).get("reason") or "no Ready condition"
+            reason = f"node {name} is NotReady: {why}"
+        if version is not None:
+            self.verdicts[name] = (version, reason)
+        return reason
+
+
+def node_not_ready(node_names: Iterable[str]) -> Condition:
+    """One of the nodes the job runs on went NotReady (or vanished)."""
+    names = sorted(set(node_names))
+    nodes = _NodesNotReady(names)
+    return Condition(f"nodes {', '.join(names)} to go NotReady", (Watched(NODE),),
+                     lambda state, _now: nodes.first(state))
+
+
+class _NodesWithGpus:
+    """The Ready nodes of a type that advertise enough GPUs: every node judged once, then only the
+    nodes changed since the last look (while discovery waits on 1,000 new nodes, each of their
+    updates re-judged all of them: 7 s of CPU in 50 s)."""
+
+    def __init__(self, node_type: str, per_node: int) -> None:
+        self.node_type, self.per_node = node_type, per_node
+        self.cursor = ChangeCursor("Node")
+        self.good: set[str] = set()
+
+    def count(self, state: ClusterState) -> int:
+        changed, fresh = self.cursor.changed(state)
+        if fresh:
+            self.good = {n["metadata"]["name"] for n in state.of_kind("Node") if self._good(n)}
+        else:
+            for _, name in changed:
+                node = state.get("Node", "", name)
+                if node is not None and self._good(node):
+                    self.good.add(name)
+                else:
+                    self.good.discard(name)
+        return len(self.good)
+
+    def _good(self, node: Obj) -> bool:
+        info = NodeInfo.from_node(node)
+        return info.ready and info.instance_type == self.node_type and info.gpus >= self.per_node
+
+
+def nodes_advertise_gpus(node_type: str, count: int, per_node: int) -> Condition:
+    """At least `count` Ready nodes of `node_type` advertise `per_node` GPUs or more."""
+    nodes = _NodesWithGpus(node_type, per_node)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        good = nodes.count(state)
+        return f"{good} nodes advertise GPUs" if good >= count else None
+
+    return Condition(f"{count} {node_type} nodes to advertise >= {per_node} {GPU_RESOURCE}", (Watched(NODE),), check)

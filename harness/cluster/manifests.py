@@ -1,0 +1,120 @@
+"""Strict rendering of the YAML templates in manifests/ (`{{.Field}}` placeholders, Go style).
+
+Ours rather than Jinja or Go's text/template: upstream's manifests use `{{.Field}}`, and the
+whole grammar needed here is one placeholder inserted as JSON, strictly checked.
+
+A placeholder naming a field that is not declared is an "unknown field" error; a declared field
+without a value is a "missing field" error; both name the template. Values are inserted as JSON
+(strings quoted, lists and mappings as flow collections), which is valid YAML, so a value can
+never break the document's structure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL
+from harness.cluster.resources import Obj
+from harness.config.redaction import redact_secrets
+from harness.errors import RenderError
+
+PLACEHOLDER = re.compile(r"\{\{\s*\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+# Every field a template uses, with what it means; upstream's names where upstream has the same
+# field (WorkerReplicas, SlotsPerWorker, GPUPerNode). tests/unit/test_manifests.py checks that
+# every field here is used by some template.
+TEMPLATE_FIELDS: dict[str, str] = {
+    "JobName": "name of the job and its headless Service",
+    "Namespace": "the test's namespace",
+    "Labels": "labels of every object (managed-by, run id, test, job)",
+    "PodAnnotations": "annotations of the workload pods",
+    "Image": "the image of the workload's containers",
+    "WorkerReplicas": "worker pods (= nodes)",
+    "SlotsPerWorker": "processes per worker pod",
+    "GPUPerNode": "GPUs requested by a pod pinned to a node",
+    "Resources": "the worker container's resources (requests and limits: GPUs and EFA, or CPUs)",
+    "Env": "the worker container's environment",
+    "Command": "the worker container's command",
+    "Args": "the worker container's arguments",
+    "LauncherCommand": "the MPI launcher's command",
+    "LauncherEnv": "the MPI launcher's environment (mpirun forwards it to every rank with -x)",
+    "MasterPort": "the rendezvous port on worker 0",
+    "BackoffLimit": "pod failures the Job (the MPI launcher's Job) tolerates",
+    "ActiveDeadlineSeconds": "the Job's deadline",
+    "NodeSelector": "node selector of the workload pods",
+    "NodeName": "node a pod is pinned to",
+    "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
+    "Volumes": "the hostPath volumes behind VolumeMounts",
+}
+
+MANIFESTS_PACKAGE = "manifests"
+
+
+def template_text(name: str) -> str:
+    """A template shipped in the manifests package."""
+    try:
+        return resources.files(MANIFESTS_PACKAGE).joinpath(name).read_text()
+    except (FileNotFoundError, OSError):
+        raise RenderError(f"render {name}: no such template in manifests/") from None
+
+
+def _as_yaml_value(value: Any) -> str:
+    return json.dumps(value, sort_keys=False)
+
+
+def render_text(name: str, text: str, fields: Mapping[str, Any]) -> str:
+    unknown = sorted({m["field"] for m in PLACEHOLDER.finditer(text)} - TEMPLATE_FIELDS.keys())
+    if unknown:
+        raise RenderError(f"render {name}: unknown field " + ", ".join(f".{f}" for f in unknown)
+                          + " (known: " + ", ".join(sorted(TEMPLATE_FIELDS)) + ")")
+    undeclared = sorted(set(fields) - TEMPLATE_FIELDS.keys())
+    if undeclared:
+        raise RenderError(f"render {name}: unknown field " + ", ".join(f".{f}" for f in undeclared)
+                          + " given")
+
+    def substitute(match: re.Match[str]) -> str:
+        field = match["field"]
+        if fields.get(field) is None:
+            raise RenderError(f"render {name}: missing field .{field} ({TEMPLATE_FIELDS[field]})")
+        return _as_yaml_value(fields[field])
+
+    return PLACEHOLDER.sub(substitute, text)
+
+
+# yaml is imported where it is used: it is a tenth of `--help`'s time (bench/harness_costs.py startup),
+# and kubetest2 asks every tester for `--help` before each run.
+
+
+def dump_objects(objects: list[Obj]) -> str:
+    """Objects as multi-document YAML for the artifacts, secret-looking values redacted."""
+    import yaml
+
+    return yaml.safe_dump_all([redact_secrets(obj) for obj in objects], sort_keys=False)
+
+
+def save(folder: Path, name: str, objects: list[Obj]) -> None:
+    """Rendered objects as the artifacts keep them: <folder>/<template name>, secrets redacted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(dump_objects(objects))
+
+
+def render(name: str, fields: Mapping[str, Any]) -> list[Obj]:
+    """Render a template into objects, each carrying the managed-by label."""
+    import yaml
+
+    text = render_text(name, template_text(name), fields)
+    try:
+        objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    except yaml.YAMLError as exc:
+        raise RenderError(f"render {name}: not valid YAML after rendering: {exc}") from None
+    for obj in objects:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+            raise RenderError(f"render {name}: {obj.get('kind')} {obj.get('metadata', {}).get('name')} "
+                              f"lacks the label {MANAGED_BY_LABEL}={MANAGED_BY} (use .Labels)")
+    return objects

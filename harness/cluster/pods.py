@@ -1,0 +1,146 @@
+"""What an object's status says: a pod's node, containers and failure, a job's conditions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from harness.cluster.resources import Obj
+
+# Waiting reasons that end a pod's chances at once, and those given a grace period (image pulls
+# can be slow or transiently rate-limited).
+FATAL_WAITING = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName",
+                           "CreateContainerError", "RunContainerError"})
+GRACED_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull"})
+
+# How long a condition of a pod has held: (marker, now) -> seconds since the marker was first seen.
+HeldFor = Callable[[str, float], float]
+
+
+# The local cluster's annotations (hack/README.md): a canned log or an injected failure, and the
+# mark of a pod its node agent really ran.
+LOCAL_CLUSTER = "kubetest2-training.local/"
+CANNED_LOG_ANNOTATION = LOCAL_CLUSTER + "canned-log"
+FAIL_ANNOTATION = LOCAL_CLUSTER + "fail"
+EXECUTED_ANNOTATION = LOCAL_CLUSTER + "executed-by"
+# mpi-operator v2beta1 labels every pod of an MPIJob with its role.
+MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
+
+
+def mpi_role(pod: Obj) -> str | None:
+    """`launcher`, `worker`, or None for a pod that is not an MPIJob's."""
+    return (pod.get("metadata", {}).get("labels") or {}).get(MPI_ROLE_LABEL)
+
+
+def execution_of(pod: Obj) -> str:
+    """`canned` when the local cluster served the pod's log or failure instead of running it (the pod's
+    `canned-log[-<container>]` or `fail` annotation), else `real` (its node agent ran it, annotated
+    `executed-by`, or a real kubelet did)."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    canned = any(key.startswith(CANNED_LOG_ANNOTATION) or key == FAIL_ANNOTATION for key in annotations)
+    return "canned" if canned and EXECUTED_ANNOTATION not in annotations else "real"
+
+
+def node_of(pod: Obj) -> str:
+    return pod.get("spec", {}).get("nodeName") or "<unscheduled>"
+
+
+def container_statuses(pod: Obj) -> list[Obj]:
+    status = pod.get("status", {})
+    return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
+def true_condition(obj: Obj | None, *types: str) -> Obj | None:
+    """The first condition of one of `types` whose status is True, if any."""
+    for cond in (obj or {}).get("status", {}).get("conditions") or []:
+        if cond.get("type") in types and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def conditions_text(obj: Obj) -> str:
+    """The types of an object's True conditions (`Complete`, `Failed`), or `no condition yet`."""
+    conditions = obj.get("status", {}).get("conditions") or []
+    true = [c["type"] for c in conditions if c.get("status") == "True"]
+    return ", ".join(true) or "no condition yet"
+
+
+def describe_pod(pod: Obj) -> str:
+    """One line: phase, node, each container's waiting or terminated state and restarts."""
+    status = pod.get("status", {})
+    parts = [status.get("phase", "Pending"), f"node {node_of(pod)}"]
+    for cs in container_statuses(pod):
+        state = cs.get("state", {})
+        if "waiting" in state:
+            parts.append(f"{cs['name']} waiting: {state['waiting'].get('reason', '')}")
+        elif "terminated" in state:
+            t = state["terminated"]
+            parts.append(f"{cs['name']} terminated: {t.get('reason', '')} exit {t.get('exitCode')}")
+        if cs.get("restartCount"):
+            parts.append(f"{cs['name']} restarts {cs['restartCount']}")
+    return ", ".join(parts)
+
+
+def _container_failure(pod: Obj, cs: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:
+    """Why a container ends its pod's chances: OOMKilled, a fatal waiting reason, or a graced
+    one (image pulls) held past `grace`."""
+    meta = pod["metadata"]
+    where = f"pod {meta['name']} on node {node_of(pod)}"
+    terminated = cs.get("state", {}).get("terminated") or cs.get("lastState", {}).get("terminated")
+    if terminated and terminated.get("reason") == "OOMKilled":
+        return (f"pod {meta['name']} OOMKilled on node {node_of(pod)} "
+                f"(container {cs['name']}, exit code {terminated.get('exitCode')})")
+    waiting = cs.get("state", {}).get("waiting") or {}
+    reason = waiting.get("reason", "")
+    if reason in FATAL_WAITING:
+        return f"{where}: container {cs['name']} {reason}: {waiting.get('message', '')}".rstrip(": ")
+    if reason in GRACED_WAITING:
+        held = held_for(f"{meta['uid']}/{cs['name']}/image", now)
+        if held >= grace:
+            return (f"{where}: container {cs['name']} {reason} for {held:.0f}s: "
+                    f"{waiting.get('message', '')}").rstrip(": ")
+    return None
+
+
+def _phase_failure(pod: Obj) -> str | None:
+    """Why a pod in phase Failed failed: the first container that exited non-zero, else the pod's reason."""
+    status = pod.get("status", {})
+    if status.get("phase") != "Failed":
+        return None
+    where = f"pod {pod['metadata']['name']} on node {node_of(pod)}"
+    for cs in container_statuses(pod):
+        terminated = cs.get("state", {}).get("terminated")
+        if terminated and terminated.get("exitCode", 0) != 0:
+            return (f"{where} failed: container {cs['name']} exited with code "
+                    f"{terminated.get('exitCode')} ({terminated.get('reason', 'Error')})")
+    return f"{where} failed: {status.get('reason', '')} {status.get('message', '')}".strip()
+
+
+def unschedulable_message(pod: Obj) -> str | None:
+    """The scheduler's message while it cannot place the pod (PodScheduled False, Unschedulable)."""
+    conditions = pod.get("status", {}).get("conditions") or []
+    scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+    if not (scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"):
+        return None
+    return str(scheduled.get("message", ""))
+
+
+def _unschedulable(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:
+    """The scheduler's reason, once a pod has been unschedulable for `grace`."""
+    message = unschedulable_message(pod)
+    if message is None:
+        return None
+    held = held_for(f"{pod['metadata']['uid']}/unschedulable", now)
+    if held < grace:
+        return None
+    return f"pod {pod['metadata']['name']} unschedulable for {held:.0f}s: {message}".rstrip(": ")
+
+
+def pod_failure_reason(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:
+    """Why this pod has failed (or will never run), or None while it still may succeed."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return None  # deleted on purpose (elastic test, cleanup): not a failure of its own
+    for cs in container_statuses(pod):
+        reason = _container_failure(pod, cs, now, grace, held_for)
+        if reason is not None:
+            return reason
+    return _phase_failure(pod) or _unschedulable(pod, now, grace, held_for)

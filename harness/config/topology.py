@@ -1,0 +1,86 @@
+"""What discovery found: the node type, the nodes to use, GPUs and EFA per node, and where each
+value came from (a setting the user gave, or the nodes' labels and capacity)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.config.settings import SETTINGS_BY_NAME, Origin, Resolved
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+def _quantity(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as discovery sees it: its type, GPU and EFA capacity, and whether pods can run there."""
+
+    name: str
+    instance_type: str
+    gpus: int
+    efa: int
+    ready: bool
+
+    @classmethod
+    def from_node(cls, node: dict[str, Any]) -> NodeInfo:  # a Node as the API returns it
+        capacity = node.get("status", {}).get("capacity") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in node.get("status", {}).get("conditions") or [])
+        schedulable = not node.get("spec", {}).get("unschedulable", False)
+        return cls(
+            name=node["metadata"]["name"],
+            instance_type=(node["metadata"].get("labels") or {}).get(INSTANCE_TYPE_LABEL, "<unlabelled>"),
+            gpus=_quantity(capacity.get(GPU_RESOURCE)),
+            efa=_quantity(capacity.get(EFA_RESOURCE)),
+            ready=ready and schedulable,
+        )
+
+
+# Nodes named in a message; the rest are counted (a 1,000-node cluster made 60 KB messages).
+NODES_DESCRIBED = 10
+
+
+def describe_nodes(nodes: list[NodeInfo]) -> str:
+    shown = ", ".join(f"{n.name} ({n.instance_type}, {n.gpus} GPUs, {'Ready' if n.ready else 'NotReady'})"
+                      for n in nodes[:NODES_DESCRIBED])
+    more = f" and {len(nodes) - NODES_DESCRIBED} more" if len(nodes) > NODES_DESCRIBED else ""
+    return shown + more or "none"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The nodes a run uses and what each offers: every job is rendered on this.
+
+    `gpus_per_node` is the processes per node (1 on ACCELERATOR=cpu); `origins` says where
+    node_type, node_count, gpus_per_node and efa_per_node came from.
+    """
+
+    node_type: str
+    nodes: tuple[NodeInfo, ...]
+    gpus_per_node: int
+    efa_per_node: int
+    origins: Mapping[str, Origin] = field(default_factory=dict, compare=False)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    def resolved(self) -> dict[str, Resolved]:
+        """The discovered values as shown with the configuration (same names as the settings)."""
+        values = {"node_type": self.node_type, "node_count": self.node_count,
+                  "gpus_per_node": self.gpus_per_node, "efa_per_node": self.efa_per_node}
+        return {name: Resolved(value, self.origins[name], SETTINGS_BY_NAME[name]) for name, value in values.items()}

@@ -1,0 +1,224 @@
+"""What a test binary declares (its tests, their features and labels) and which of them a run
+selects: Go's -test.run and -test.skip, e2e-framework's feature, label and assessment filters.
+
+A test is made of features, as upstream's e2e-framework tests are (`features.New("multi-node:...")
+.WithLabel("suite", "nvidia")`): a test with several features runs each as a subtest
+`TestX/<feature>`; a test with one feature runs it in place, under the test's own name, and its
+feature name and labels still select it (`--feature=bert-training`, `-test.run=TestBertTraining/bert`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.settings import Config
+from harness.framework.cli import usage
+
+# A test: called with its TestContext (harness.framework.context). Typed loosely because the context
+# runs what the suite declares: naming it here would make suite and context import each other.
+TestFunc = Callable[[Any], None]
+Labels = Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A named, labelled part of a test, with the names of the assessments it makes (for --assess)."""
+
+    name: str
+    func: TestFunc
+    labels: Labels = field(default_factory=dict)
+    assessments: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        labels = ", ".join(f"{k}={'|'.join(v)}" for k, v in self.labels.items())
+        return f"{self.name} [{labels}]" if labels else self.name
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """A registered test: its Go-style name and its features, run in order."""
+
+    name: str
+    features: tuple[Feature, ...]
+    # False for a test that never touches the cluster: the runner then neither connects nor discovers.
+    needs_cluster: bool = True
+    __test__ = False  # not a pytest test class
+
+    @property
+    def in_place(self) -> bool:
+        """One feature: it runs in the test's own context, no subtest level."""
+        return len(self.features) == 1
+
+
+def feature_name(test_name: str) -> str:
+    """The default feature name of a one-feature test: TestNanoGPTTraining -> nano-gpt-training."""
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+", test_name.removeprefix("Test"))
+    return "-".join(word.lower() for word in words)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A test binary: its name (also the JUnit file's), a summary and its tests, registered in order
+    with `@SUITE.test("TestX", ...)` (one feature) or `SUITE.features("TestX", [...])`."""
+
+    binary: str
+    summary: str
+    tests: list[TestCase] = field(default_factory=list)
+    # Other names the binary is installed under (upstream's: nvidia.test); the JUnit keeps `binary`.
+    aliases: tuple[str, ...] = ()
+
+    def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
+             assessments: tuple[str, ...] = (), needs_cluster: bool = True) -> Callable[[TestFunc], TestFunc]:
+        """Register a one-feature test function under its Go-style name (a decorator)."""
+
+        def register(func: TestFunc) -> TestFunc:
+            self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
+                          needs_cluster=needs_cluster)
+            return func
+
+        return register
+
+    def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True) -> None:
+        """Register a test made of several features, each run as the subtest `name/<feature>`."""
+        if any(test.name == name for test in self.tests):
+            raise ValueError(f"suite {self.binary}: two tests named {name}")
+        self.tests.append(TestCase(name, tuple(features), needs_cluster))
+
+    def names(self) -> list[str]:
+        """Every test, and the features of the tests that have several, as Go names them."""
+        lines = []
+        for test in self.tests:
+            if test.in_place:
+                lines.append(f"{test.name}  (feature {test.features[0].describe()})")
+            else:
+                lines += [test.name] + [f"{test.name}/{f.describe()}" for f in test.features]
+        return lines
+
+    def usage(self) -> str:
+        called = self.binary + (f" (also installed as {', '.join(self.aliases)})" if self.aliases else "")
+        return usage(called, self.summary, self.names())
+
+    def junit_path(self, artifacts: Path) -> Path:
+        return artifacts / f"junit_{self.binary}.xml"
+
+
+def split_run_pattern(pattern: str) -> list[str]:
+    """Split a -test.run pattern at top-level slashes, like Go (not inside [] or ())."""
+    parts, depth, current = [], 0, []
+    for ch in pattern:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth = max(0, depth - 1)
+        if ch == "/" and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def _levels(pattern: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in split_run_pattern(pattern)) if pattern else ()
+
+
+def _optional(pattern: str | None) -> re.Pattern[str] | None:
+    return re.compile(pattern) if pattern else None
+
+
+def _has_any(labels: Labels, key: str, values: tuple[str, ...]) -> bool:
+    return any(value in labels.get(key, ()) for value in values)
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which tests, features and subtests run.
+
+    Go's rules: -test.run levels each match (unanchored) the name's element at that level; levels
+    past the name's depth match anything. -test.skip skips a name when every skip level matches and
+    the name is at least that deep (`-test.skip=X/Y` skips Y under X, and X still runs).
+    e2e-framework's rules apply to features: --feature / --skip-features on the feature's name,
+    --labels (every key given must have one of its values among the feature's) / --skip-labels
+    (any), --assess / --skip-assessment on the feature's assessments.
+    """
+
+    run: tuple[re.Pattern[str], ...] = ()
+    skip: tuple[re.Pattern[str], ...] = ()
+    feature: re.Pattern[str] | None = None
+    skip_features: re.Pattern[str] | None = None
+    labels: Labels = field(default_factory=dict)
+    skip_labels: Labels = field(default_factory=dict)
+    assess: re.Pattern[str] | None = None
+    skip_assessment: re.Pattern[str] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Selector:
+        return cls(_levels(cfg.test_run), _levels(cfg.test_skip), _optional(cfg.feature),
+                   _optional(cfg.skip_features), cfg.labels, cfg.skip_labels, _optional(cfg.assess),
+                   _optional(cfg.skip_assessment))
+
+    def matches(self, full_name: str) -> bool:
+        """Whether a test or subtest (`TestX/sub`) is selected by -test.run and -test.skip."""
+        names = full_name.split("/")
+        if not all(pattern.search(name) for name, pattern in zip(names, self.run, strict=False)):
+            return False
+        skipped = bool(self.skip) and len(names) >= len(self.skip) and all(
+            pattern.search(name) for name, pattern in zip(names, self.skip, strict=False))
+        return not skipped
+
+    def selects_feature(self, test: TestCase, feature: Feature) -> bool:
+        """Go's rules on `TestX/<feature>`, then e2e-framework's on the feature itself."""
+        if not self.matches(test.name) or not self.matches(f"{test.name}/{feature.name}"):
+            return False
+        if self.feature and not self.feature.search(feature.name):
+            return False
+        if self.skip_features and self.skip_features.search(feature.name):
+            return False
+        if not all(_has_any(feature.labels, key, values) for key, values in self.labels.items()):
+            return False
+        if any(_has_any(feature.labels, key, values) for key, values in self.skip_labels.items()):
+            return False
+        return self._selects_an_assessment(feature)
+
+    def _selects_an_assessment(self, feature: Feature) -> bool:
+        if not (self.assess or self.skip_assessment):
+            return True
+        return any((not self.assess or self.assess.search(name))
+                   and not (self.skip_assessment and self.skip_assessment.search(name))
+                   for name in feature.assessments)
+
+    def select(self, suite: Suite) -> list[Selected]:
+        """The tests with at least one selected feature, each with its selected features."""
+        chosen = [Selected(test, tuple(f for f in test.features if self.selects_feature(test, f)))
+                  for test in suite.tests]
+        return [selected for selected in chosen if selected.features]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A test and which of its features run."""
+
+    test: TestCase
+    features: tuple[Feature, ...]
+
+
+def listed(suite: Suite, pattern: str) -> list[str]:
+    """-test.list: the names of the tests matching `pattern` (top level only, like Go)."""
+    compiled = re.compile(pattern)
+    return [test.name for test in suite.tests if compiled.search(test.name)]
+
+
+def describe_selection(cfg: Config) -> str:
+    """The flags that selected nothing, as given, for the no-match message."""
+    given = [(flag, value) for flag, value in (
+        ("-test.run", cfg.test_run), ("-test.skip", cfg.test_skip), ("--feature", cfg.feature),
+        ("--skip-features", cfg.skip_features), ("--assess", cfg.assess),
+        ("--skip-assessment", cfg.skip_assessment)) if value]
+    given += [(flag, ",".join(f"{k}={v}" for k, vs in labels.items() for v in vs))
+              for flag, labels in (("--labels", cfg.labels), ("--skip-labels", cfg.skip_labels)) if labels]
+    return " ".join(f"{flag}={value!r}" for flag, value in given) or "the default selection"

@@ -1,0 +1,85 @@
+"""The assessment of a job, the one way both test binaries judge what a job did: its metrics
+recorded on the test (JUnit properties, the test's log), judged (the training verdict of
+harness.verdict, the same code `python -m harness.verdict` runs offline, and any checks the test
+adds), the verdict recorded (JUnit properties, the log, result.json), and the first failing check
+fails the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from harness.framework.context import TestContext
+from harness.jobs.job import TrainingJob
+from harness.metrics.records import WorkloadMetrics
+from harness.report.results import MetricsMeta
+from harness.verdict.checks import Verdict
+from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training
+
+# Not reported in the one-line summary: identities, not measurements.
+UNSUMMARIZED = ("rank", "world_size", "local_rank", "restart_count", "params_checksum", "steps_requested",
+                "steps_completed", "probe_matmul_n")
+
+
+def record_metrics(t: TestContext, metrics: WorkloadMetrics) -> None:
+    """Metrics into the test's JUnit properties, and a one-line summary into its log."""
+    t.property("metrics.workload", metrics.workload)
+    t.property("metrics.ranks", len(metrics.ranks))
+    summary = metrics.aggregate()
+    for key, stats in summary.items():
+        for stat, value in stats.items():
+            t.property(f"metrics.{key}.{stat}", f"{value:.6g}")
+    for rank in sorted(metrics.ranks, key=lambda r: r.rank):
+        for key, value in rank.values.items():
+            if isinstance(value, int | float | str):
+                t.property(f"rank.{rank.rank}.{key}", value)
+        t.property(f"rank.{rank.rank}.node", rank.node or "?")
+        t.property(f"rank.{rank.rank}.pod", rank.pod or "?")
+    if metrics.sweep is not None and metrics.sweep.average is not None:
+        t.property("metrics.busbw.average_gbps", metrics.sweep.average)  # a property only, never judged
+    t.logf("metrics: %d ranks; %s", len(metrics.ranks), "; ".join(
+        f"{k} median {v['median']:.4g} (min {v['min']:.4g}, max {v['max']:.4g})"
+        for k, v in summary.items() if k not in UNSUMMARIZED))
+
+
+def record_verdict(t: TestContext, verdict: Verdict, metrics: WorkloadMetrics | None = None,
+                   meta: MetricsMeta | None = None) -> None:
+    """Every check into the JUnit properties, the test's log and result.json; then the first failing
+    check (if any) fails the test."""
+    t.record.verdict.extend(verdict)
+    if metrics is not None:
+        t.record.metrics, t.record.meta = metrics, meta or t.record.meta
+    for key, value in t.record.verdict.properties().items():
+        t.property(key, value)
+    for line in verdict.lines():
+        t.logf("%s", line)
+    t.logf("verdict: %s", t.record.verdict.summary())
+    verdict.raise_if_failed()
+
+
+def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int,
+                     workload: str) -> tuple[Verdict, MetricsMeta]:
+    """The training verdict of a job's metrics (harness.verdict.training.judge_training, as the offline
+    `python -m harness.verdict` runs it) with this test's expectations, and how to read the metrics."""
+    spec = WORKLOADS[workload]
+    expect = Expectation(t.name, spec, world_size, t.topology.node_type, t.cfg.straggler_fraction,
+                         t.cfg.min_throughput_per_gpu)
+    return judge_training(metrics, expect), MetricsMeta(world_size, spec.throughput_key, spec.unit)
+
+
+def assess(t: TestContext, job: TrainingJob, workload: str | None = None,
+           more: Callable[[WorkloadMetrics], Verdict] | None = None) -> WorkloadMetrics:
+    """Assess a job that has ended: its metrics read and recorded on the test, judged, and the
+    verdict recorded; the first failing check fails the test. `workload` names the training verdict
+    to judge by (harness.verdict.training.WORKLOADS); without one only the parse is checked (a
+    program of another project's, nccl-tests say). `more` adds the test's own checks on the metrics
+    (bus bandwidth, the EFA path). Returns the metrics, for what the test does next."""
+    metrics = job.metrics()
+    record_metrics(t, metrics)
+    if workload is None:
+        verdict, meta = Verdict([check_parse(metrics)]), None
+    else:
+        verdict, meta = training_verdict(t, metrics, job.world_size, workload)
+    if more is not None:
+        verdict.extend(more(metrics))
+    record_verdict(t, verdict, metrics, meta)
+    return metrics

@@ -1,0 +1,163 @@
+"""Cluster add-ons a run installs like upstream's TestMain does: the NVIDIA device plugin
+(--installDevicePlugin, default true), the EFA device plugin (--efaEnabled=true) and mpi-operator
+(when a test needs MPIJobs and the cluster lacks the CRD).
+
+Each comes from a pinned manifest shipped in manifests/addons/ (version and source in its header).
+Only the objects the cluster lacks are created; every object of the add-on is then waited for,
+failing fast (a DaemonSet: a Ready pod on each selected node; a Deployment: Available; a CRD:
+Established; their pods failing, crash-looping or not pulling fail at once); what this run created,
+and only that, is deleted after the last test. Unlike upstream, an add-on already present is
+neither re-applied nor removed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from harness.cluster.conditions import (
+    any_pod_failed,
+    crd_established,
+    deleted,
+    deployment_available,
+    pods_ready_on_nodes,
+)
+from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL, label_value
+from harness.cluster.manifests import template_text
+from harness.cluster.resources import Obj
+from harness.cluster.wait import Condition, wait_for
+from harness.errors import HarnessError, TestFailure, WaitTimeout
+from harness.framework.context import Session
+
+# How long removal waits for each deleted object to be gone before leaving it to the API server.
+REMOVE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Addon:
+    """An add-on: its name, pinned version and manifest (manifests/addons/<key>.yaml)."""
+
+    name: str
+    key: str
+    version: str
+
+    @property
+    def manifest(self) -> str:
+        return f"addons/{self.key}.yaml"
+
+
+NVIDIA_DEVICE_PLUGIN = Addon("NVIDIA device plugin", "nvidia-device-plugin", "v0.17.2")
+EFA_DEVICE_PLUGIN = Addon("EFA device plugin", "efa-device-plugin", "v0.5.8")
+MPI_OPERATOR = Addon("mpi-operator", "mpi-operator", "v0.7.0")
+ADDONS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, MPI_OPERATOR)
+
+
+def addon_objects(addon: Addon, run_id: str) -> list[Obj]:
+    """The add-on's objects, each labelled managed-by and run id (its selectors untouched)."""
+    import yaml  # not at import: see harness/cluster/manifests.py
+
+    objects = [doc for doc in yaml.safe_load_all(template_text(addon.manifest)) if doc]
+    for obj in objects:
+        labels = obj["metadata"].setdefault("labels", {})
+        labels.update({MANAGED_BY_LABEL: MANAGED_BY, RUN_ID_LABEL: label_value(run_id)})
+    return objects
+
+
+def describe(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta['namespace']}/{meta['name']}" if meta.get("namespace") else \
+        f"{obj['kind']} {meta['name']}"
+
+
+def readiness(obj: Obj, node_names: tuple[str, ...], grace: float) -> tuple[Condition, list[Condition]] | None:
+    """What proves an object is up, and what fails it at once; None for objects with no state."""
+    kind, meta = obj["kind"], obj["metadata"]
+    if kind in ("DaemonSet", "Deployment"):
+        labels = obj["spec"]["selector"]["matchLabels"]
+        selector = ",".join(f"{key}={value}" for key, value in labels.items())
+        fails_on = [any_pod_failed(meta["namespace"], selector, grace)]
+        if kind == "DaemonSet":
+            return pods_ready_on_nodes(meta["namespace"], selector, node_names), fails_on
+        return deployment_available(meta["namespace"], meta["name"]), fails_on
+    if kind == "CustomResourceDefinition":
+        return crd_established(meta["name"]), []
+    return None
+
+
+def ensure(session: Session, addon: Addon, node_names: tuple[str, ...]) -> None:
+    """Create what the cluster lacks of the add-on, register its removal, wait for all of it."""
+    cluster, cfg = session.cluster, session.cfg
+    assert cluster is not None, "ensure an add-on after connecting"
+    objects = addon_objects(addon, cfg.run_id)
+    live = {describe(obj): cluster.get(cluster.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"],
+                                       obj["metadata"].get("namespace")) for obj in objects}
+    created = [obj for obj in objects if live[describe(obj)] is None]
+    left = sorted({(found.get("metadata", {}).get("labels") or {}).get(RUN_ID_LABEL, "?") for found in live.values()
+                   if found and (found["metadata"].get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY})
+    if left:
+        say(session, f"{addon.name}: found what kubetest2-training run(s) {', '.join(left)} installed and did not "
+            "remove (interrupted?): used, not removed; `python -m harness.cleanup` removes it")
+    if created:
+        session.teardown.callback(remove, session, addon, created)
+        for obj in created:
+            cluster.apply(obj)
+        say(session, f"{addon.name} {addon.version}: created " + ", ".join(describe(o) for o in created))
+    session.properties[f"addon.{addon.key}"] = (f"installed {addon.version} by this run" if created
+                                                else "present before the run: not installed, not removed")
+    started = time.monotonic()
+    for obj in objects:
+        ready = readiness(obj, node_names, cfg.pod_failure_grace)
+        if ready is not None:
+            try:
+                wait_for(cluster, ready[0], fails_on=ready[1], timeout=cfg.discovery_timeout, cancel=session.cancel)
+            except WaitTimeout as exc:
+                raise WaitTimeout(f"TIMEOUT: {addon.name} {addon.version} did not come up: "
+                                  + str(exc).removeprefix("TIMEOUT: ")) from None
+    say(session, f"{addon.name}: ready after {time.monotonic() - started:.1f}s"
+        + (f" on {', '.join(node_names)}" if node_names else ""))
+
+
+def remove(session: Session, addon: Addon, created: list[Obj]) -> None:
+    """Delete what this run created of the add-on, last first, and wait (bounded) until it is gone;
+    a failure is said and the run goes on (its JUnit must still be written)."""
+    try:
+        _delete_and_wait(session, addon, created)
+    except (HarnessError, TestFailure) as exc:
+        session.properties[f"addon.{addon.key}"] = f"installed {addon.version} by this run, removal failed: {exc}"
+        say(session, f"{addon.name}: removal failed, left in place: {exc}")
+        return
+    session.properties[f"addon.{addon.key}"] = f"installed {addon.version} by this run, removed at the end"
+    say(session, f"{addon.name}: removed " + ", ".join(describe(o) for o in reversed(created)))
+
+
+def _delete_and_wait(session: Session, addon: Addon, created: list[Obj]) -> None:
+    cluster = session.cluster
+    assert cluster is not None
+    for obj in reversed(created):
+        cluster.delete(cluster.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"],
+                       obj["metadata"].get("namespace"))
+    for obj in reversed(created):
+        meta = obj["metadata"]
+        try:
+            wait_for(cluster, deleted(cluster.resource(obj["apiVersion"], obj["kind"]), meta["name"],
+                                      meta.get("namespace")), timeout=REMOVE_SECONDS)
+        except WaitTimeout:
+            say(session, f"{addon.name}: {describe(obj)} still there after {REMOVE_SECONDS:.0f}s; left to the API "
+                "server")
+
+
+def say(session: Session, message: str) -> None:
+    """Set-up and removal of add-ons change the cluster: always said, on stderr (upstream logs them too)."""
+    print(f"{session.binary}: {message}", file=sys.stderr, flush=True)
+
+
+def set_up_device_plugins(session: Session, node_names: tuple[str, ...]) -> None:
+    """The device plugins the configuration asks for, rolled out on the nodes the run will use."""
+    cfg = session.cfg
+    if cfg.accelerator != "nvidia":
+        return  # no GPUs to advertise
+    if cfg.install_device_plugin:
+        ensure(session, NVIDIA_DEVICE_PLUGIN, node_names)
+    if cfg.efa_enabled:
+        ensure(session, EFA_DEVICE_PLUGIN, node_names)

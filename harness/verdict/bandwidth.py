@@ -1,0 +1,154 @@
+"""Bus bandwidth judged as nccl-tests' users judge it: on the table, at the sweep's largest message.
+
+The judged row is the one of the largest message size in the sweep (small messages measure
+latency, not bandwidth); its out-of-place and in-place bus bandwidth must each reach 0.9 x the
+floor (nccl-tests' own tolerance) for the node type, topology (single node over NVLink, multi-node
+over the network, per node count where the table says so) and collective, from
+harness/verdict/thresholds.yaml, or NCCL_TESTS_MIN_BW when set. The sweep must reach the size the floor
+was measured at, else the check fails saying so. A type without a floor is not judged ("none until
+measured"). Every row's `#wrong` and the out-of-bounds count must be 0. The `# Avg bus bandwidth`
+line (a mean over every size from 8 B) is reported, never judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.config.values import format_bytes
+from harness.metrics.log_lines import SweepRow
+from harness.metrics.records import Sweep
+from harness.verdict.checks import Check, Verdict
+from harness.verdict.thresholds import (
+    BUSBW_TOLERANCE,
+    MULTI_NODE,
+    NONE_UNTIL_MEASURED,
+    SINGLE_NODE,
+    Floor,
+    busbw_floor,
+    source_text,
+)
+
+# nccl-tests binaries (and our workloads.allreduce) -> the collective the table's floors are keyed by.
+COLLECTIVES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "alltoall_perf": "alltoall",
+               "reduce_scatter_perf": "reduce_scatter", "allreduce": "all_reduce"}
+
+
+def collective_of(operation: str) -> str:
+    name = operation.rsplit("/", 1)[-1]
+    return COLLECTIVES.get(name, name.removesuffix("_perf"))
+
+
+def topology_of(nodes: int) -> str:
+    return SINGLE_NODE if nodes == 1 else MULTI_NODE
+
+
+def sweep_max_bytes(node_type: str | None, nodes: int, operation: str) -> str | None:
+    """How far a sweep must go for the node type's floors (the largest size they were measured at),
+    as nccl-tests' `-e` takes it (`16G`); None when the type has no floor for this topology and
+    collective."""
+    _, listed = busbw_floor(node_type, topology_of(nodes), collective_of(operation), nodes, None)
+    size = max((floor.size_bytes for floor in listed), default=None)
+    if size is None:
+        return None
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def check_table(sweep: Sweep | None) -> Check:
+    """Rows were printed, every `#wrong` is 0 and no value was out of bounds (wrong results)."""
+    if sweep is None or not sweep.rows:
+        return Check.failed("busbw.table", "bandwidth: no nccl-tests table rows in the logs (expected "
+                                           "'size count type redop root time algbw busbw #wrong ...' lines)")
+    wrong = [f"size {format_bytes(row.size)}: {half.wrong} wrong {label}"
+             for row in sweep.rows for label, half in (("out-of-place", row.out_of_place), ("in-place", row.in_place))
+             if half is not None and half.wrong]
+    if wrong:
+        return Check.failed("busbw.table", "bandwidth: wrong results: " + "; ".join(wrong[:4]))
+    if sweep.out_of_bounds:
+        return Check.failed("busbw.table", f"bandwidth: {sweep.out_of_bounds} out-of-bounds values (wrong results)")
+    return Check.passed("busbw.table", f"{len(sweep.rows)} sizes up to {format_bytes(sweep.max_size or 0)}, "
+                                       "no wrong values")
+
+
+def _floor_for(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
+               override: float | None) -> tuple[Floor | None, str]:
+    """The floor to judge against and, when there is none, why (a not-applicable or failing reason)."""
+    if override is not None:
+        return Floor(override, 0, "NCCL_TESTS_MIN_BW"), ""
+    where = f"{node_type or 'this node type'} {topology_of(nodes)} {collective_of(operation)}"
+    if nodes > 1:
+        where += f" on {nodes} nodes"
+    floor, listed = busbw_floor(node_type, topology_of(nodes), collective_of(operation), nodes, sweep.max_size)
+    if not listed:
+        return None, f"no floor for {where} ({NONE_UNTIL_MEASURED})"
+    if floor is None:
+        requested = sweep.requested_max_bytes
+        asked = f" (the header asked for {format_bytes(requested)})" if requested else ""
+        return None, (f"bandwidth: the sweep's largest message is {format_bytes(sweep.max_size or 0)}{asked}, but the "
+                      f"{where} floor is measured at {format_bytes(listed[0].size_bytes)}: run the sweep to at least "
+                      f"that size")
+    return floor, ""
+
+
+def _judged(row: SweepRow) -> list[tuple[str, float]]:
+    halves = [("out-of-place", row.out_of_place.busbw)]
+    if row.in_place is not None:
+        halves.append(("in-place", row.in_place.busbw))
+    return halves
+
+
+def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
+                override: float | None) -> tuple[Check, Floor | None]:
+    """The largest size's row against the floor (module docstring)."""
+    floor, reason = _floor_for(operation, sweep, node_type, nodes, override)
+    if floor is None:
+        return (Check.failed("busbw.floor", reason) if reason.startswith("bandwidth:")
+                else Check.not_applicable("busbw.floor", reason)), None
+    row = max(sweep.rows, key=lambda r: r.size)
+    expected = BUSBW_TOLERANCE * floor.gbps
+    halves = _judged(row)
+    measured = ", ".join(f"{gbps:.2f} GB/s {label}" for label, gbps in halves)
+    origin = (f"{BUSBW_TOLERANCE:g} x {floor.gbps:g} from NCCL_TESTS_MIN_BW" if floor.source == "NCCL_TESTS_MIN_BW" else
+              f"{BUSBW_TOLERANCE:g} x {floor.gbps:g} GB/s, the {node_type} {topology_of(nodes)} "
+              f"{collective_of(operation)} floor measured at {format_bytes(floor.size_bytes)}; "
+              f"source {floor.source} in harness/verdict/thresholds.yaml")
+    lowest = min(gbps for _, gbps in halves)
+    message = (f"bus bandwidth at {format_bytes(row.size)} (the sweep's largest message): {measured}, expected "
+               f">= {expected:.2f} GB/s ({origin})")
+    if lowest < expected:
+        return Check.failed("busbw.floor", f"threshold: {message}", measured=lowest, expected=expected,
+                            unit="GB/s", threshold=True), floor
+    return Check.passed("busbw.floor", message, measured=lowest, expected=expected, unit="GB/s"), floor
+
+
+def judge_busbw(operation: str, sweep: Sweep | None, node_type: str | None, nodes: int,
+                override: float | None = None) -> Verdict:
+    """The bandwidth verdict of one sweep: `operation` (all_reduce_perf, all_gather_perf,
+    alltoall_perf, or workloads.allreduce's `allreduce`), its table, the node type and how many nodes
+    it spanned; `override` is NCCL_TESTS_MIN_BW. Checks busbw.table and busbw.floor; the report's
+    busbw section is in `verdict.references["busbw"]`."""
+    verdict = Verdict()
+    verdict.add(check_table(sweep))
+    floor = None
+    if sweep is not None and sweep.rows:
+        check, floor = check_floor(operation, sweep, node_type, nodes, override)
+        verdict.add(check)
+    verdict.references["busbw"] = busbw_section(operation, sweep, floor)
+    return verdict
+
+
+def busbw_section(operation: str, sweep: Sweep | None, floor: Floor | None) -> dict[str, Any]:
+    """result.json's metrics.busbw (docs/ARTIFACTS.md)."""
+    rows = sweep.rows if sweep is not None else []
+    return {
+        "operation": operation,
+        "rows": [{"size": r.size, "out_of_place_gbps": r.out_of_place.busbw,
+                  "in_place_gbps": r.in_place.busbw if r.in_place else None} for r in rows],
+        "floor_gbps": floor.gbps if floor else None,
+        "floor_source": (floor.source if floor.source == "NCCL_TESTS_MIN_BW" else source_text(floor.source))
+        if floor else "",
+        "judged_sizes": [max(r.size for r in rows)] if rows and floor else [],
+        "average_gbps": sweep.average if sweep is not None else None,
+    }

@@ -1,0 +1,74 @@
+"""What every node of a type should advertise (GPUs, EFA devices), and the nodes that fall short.
+
+The bar comes from the node type's row of harness/verdict/thresholds.yaml (the AWS EC2 specifications)
+or, for a type that is not listed, the most any node of that type advertises: never the
+minimum, so a node that lost a GPU cannot lower the bar. GPUS_PER_NODE / EFA_PER_NODE set
+explicitly still win (the caller passes them as the expected value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, NodeInfo, Topology
+from harness.verdict.checks import Check, Verdict
+from harness.verdict.thresholds import node_type
+
+
+@dataclass(frozen=True)
+class Expected:
+    """An expected count per node and where it came from."""
+
+    count: int
+    source: str
+    from_table: bool
+
+
+def expected_per_node(type_name: str, nodes: Iterable[NodeInfo], resource: str) -> Expected:
+    """The node type's table value for `resource` (GPUs or EFA), else the maximum advertised."""
+    row = node_type(type_name)
+    listed = row.gpus if resource == GPU_RESOURCE else row.efa
+    if listed is not None:
+        return Expected(listed, f"{type_name} table in harness/verdict/thresholds.yaml (source {row.capacity_source})",
+                        True)
+    counts = [n.gpus if resource == GPU_RESOURCE else n.efa for n in nodes]
+    return Expected(max(counts, default=0),
+                    f"the most any of the {len(counts)} {type_name} nodes advertises ({type_name} is not in "
+                    "harness/verdict/thresholds.yaml)", False)
+
+
+def check_advertised(nodes: Iterable[NodeInfo], resource: str, expected: Expected) -> Check:
+    """Every node advertises at least the expected count of `resource`; the short ones are named."""
+    name = "capacity.gpus" if resource == GPU_RESOURCE else "capacity.efa"
+    nodes = list(nodes)
+    short = [f"node {n.name} advertises {n.gpus if resource == GPU_RESOURCE else n.efa} {resource}"
+             for n in nodes if (n.gpus if resource == GPU_RESOURCE else n.efa) < expected.count]
+    if short:
+        return Check.failed(name, f"capacity: {'; '.join(short)}, expected {expected.count} per node "
+                                  f"({expected.source})", expected=expected.count)
+    return Check.passed(name, f"all {len(nodes)} nodes advertise >= {expected.count} {resource} "
+                              f"({expected.source})", expected=expected.count)
+
+
+def judge_advertised(topology: Topology) -> Verdict:
+    """Every node of the topology advertises the GPUs and (when EFA is in use) the EFA devices that
+    discovery expects of the type (its table row or the most advertised; the setting when given)."""
+    origins = topology.origins
+    gpus = Expected(topology.gpus_per_node, str(origins.get("gpus_per_node", "")), False)
+    verdict = Verdict([check_advertised(topology.nodes, GPU_RESOURCE, gpus)])
+    if topology.efa_per_node:
+        efa = Expected(topology.efa_per_node, str(origins.get("efa_per_node", "")), False)
+        verdict.add(check_advertised(topology.nodes, EFA_RESOURCE, efa))
+    else:
+        verdict.add(Check.not_applicable("capacity.efa", f"EFA not in use ({origins.get('efa_per_node', 'none')})"))
+    return verdict
+
+
+def check_gpus_seen(seen: Iterable[tuple[str, str, int]], expected: int) -> Check:
+    """Each pod (pod, node, GPUs it listed) saw exactly the GPUs its node should have."""
+    seen = list(seen)
+    problems = [f"pod {pod} on node {node} sees {count} GPUs" for pod, node, count in seen if count != expected]
+    if problems:
+        return Check.failed("capacity.gpus_seen", f"capacity: {'; '.join(problems)}, expected {expected}")
+    return Check.passed("capacity.gpus_seen", f"a pod on each of {len(seen)} nodes sees {expected} GPUs")

@@ -1,0 +1,233 @@
+"""The verdict of a training test: named checks that fail closed; `python -m harness.verdict` re-judges
+logs offline with the same code the suites run.
+
+A check that cannot be made is a failure with its reason, never a silent skip: missing or
+non-finite loss, throughput or bandwidth; a parsed workload other than the test's; ranks outside
+0..world_size-1, missing, empty or reporting another world size (duplicates are parse problems);
+diverged params_checksum; fewer steps than requested; malformed values. A check is
+not-applicable only where it truly does not apply: no threshold for the node type ("none until
+measured"), one rank (no straggler to compare), a log format that carries no such value
+(upstream BERT prints no loss).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from harness.metrics.records import FORMAT_BERT, FORMAT_KT2T, RankMetrics, WorkloadMetrics
+from harness.verdict.checks import Check, Verdict
+from harness.verdict.stragglers import Compared, fmt, judge_stragglers, rank_ranges, where
+from harness.verdict.thresholds import NONE_UNTIL_MEASURED, minimum_throughput
+
+MAX_LISTED = 5  # problems, ranks... named in one message
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What a workload reports: its name in KT2T records, throughput key and unit, and whether it
+    trains (loss and replica checks apply)."""
+
+    workload: str
+    throughput_key: str
+    unit: str
+    trains: bool = True
+
+
+WORKLOADS = {
+    "bert": WorkloadSpec("bert", "throughput", "samples/s"),
+    "nanogpt": WorkloadSpec("nanogpt", "tokens_per_s", "tokens/s"),
+    "mnist": WorkloadSpec("mnist", "samples_per_s", "samples/s"),
+    "allreduce": WorkloadSpec("allreduce", "busbw_avg", "GB/s", trains=False),
+}
+FORMAT_NAMES = {FORMAT_KT2T: "KT2T_METRICS records", FORMAT_BERT: "upstream BERT 'Process N' lines",
+                "nanogpt-iter": "nanoGPT 'iter N' lines", "nccl-tests": "an nccl-tests table", "none": "no format"}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a run of one test should show: its workload, world size, node type and thresholds."""
+
+    test: str
+    spec: WorkloadSpec
+    world_size: int
+    node_type: str | None = None  # None: no node type's thresholds apply
+    straggler_fraction: float = 0.7
+    min_throughput_per_gpu: float | None = None  # MIN_THROUGHPUT_PER_GPU
+
+
+def check_parse(metrics: WorkloadMetrics) -> Check:
+    """Every value in the logs was well-formed (and no rank reported twice with different values)."""
+    notes = f"; notes: {' '.join(metrics.notes[:2])}" if metrics.notes else ""
+    if not metrics.problems:
+        return Check.passed("parse", f"no malformed values in {FORMAT_NAMES.get(metrics.source_format, '?')}{notes}")
+    shown = "; ".join(str(p) for p in metrics.problems[:3])
+    count = max(metrics.problem_count, len(metrics.problems))
+    more = f" (and {count - 3} more)" if count > 3 else ""
+    return Check.failed("parse", f"parse: {count} malformed values in the logs: {shown}{more}")
+
+
+def check_workload(metrics: WorkloadMetrics, expect: Expectation) -> Check:
+    if metrics.workload == expect.spec.workload:
+        return Check.passed("workload", f"the logs are {expect.spec.workload}'s")
+    return Check.failed("workload", f"workload: the logs hold {metrics.workload} metrics "
+                                    f"({FORMAT_NAMES.get(metrics.source_format, metrics.source_format)}), but "
+                                    f"{expect.test} runs {expect.spec.workload}: a foreign or wrong workload's logs")
+
+
+# A rank's identity, not a measurement: a record of only these reported nothing.
+IDENTITY_KEYS = frozenset({"world_size", "local_rank", "restart_count", "steps_requested"})
+
+
+def _has_values(rank: RankMetrics) -> bool:
+    return any(isinstance(v, int | float) and not isinstance(v, bool)
+               for k, v in rank.values.items() if k not in IDENTITY_KEYS)
+
+
+def check_ranks(metrics: WorkloadMetrics, world_size: int) -> Check:
+    """Every rank 0..world_size-1 reported values, none outside, each for this world size."""
+    reported = {r.rank for r in metrics.ranks}
+    problems = []
+    if missing := sorted(set(range(world_size)) - reported):
+        problems.append(f"{len(missing)} of {world_size} ranks reported nothing: ranks {rank_ranges(missing)}")
+    if outside := sorted(reported - set(range(world_size))):
+        problems.append(f"ranks outside 0..{world_size - 1} reported: {rank_ranges(outside)}")
+    if empty := [r.rank for r in metrics.ranks if not _has_values(r)]:
+        problems.append(f"ranks with no values: {rank_ranges(empty)}")
+    other = [f"rank {r.rank} ({r.values['world_size']})" for r in metrics.ranks
+             if "world_size" in r.values and r.values["world_size"] != world_size]
+    if other:
+        problems.append(f"ranks reporting another world size than {world_size}: {', '.join(other[:MAX_LISTED])}")
+    if problems:
+        notes = f" ({metrics.notes[0]})" if missing and metrics.notes else ""
+        return Check.failed("ranks", "metrics: " + "; ".join(problems) + notes)
+    return Check.passed("ranks", f"all {world_size} ranks reported once")
+
+
+def _number(rank: RankMetrics, key: str) -> float | None:
+    value = rank.values.get(key)
+    if key in rank.nonfinite or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _missing(rank: RankMetrics, key: str) -> str:
+    if key in rank.nonfinite:
+        return f"{key} is NaN/inf on {where(rank)}"
+    return f"{where(rank)} reported no {key}"
+
+
+def check_steps(metrics: WorkloadMetrics) -> Check:
+    """Every rank completed the steps it was asked for."""
+    if metrics.source_format != FORMAT_KT2T:
+        return Check.not_applicable("steps", f"{FORMAT_NAMES[metrics.source_format]} carry no step counts")
+    short = []
+    for rank in metrics.ranks:
+        requested, completed = _number(rank, "steps_requested"), _number(rank, "steps_completed")
+        if requested is None or completed is None:
+            short.append(_missing(rank, "steps_requested" if requested is None else "steps_completed"))
+        elif completed < requested:
+            short.append(f"{where(rank)} completed {completed:.0f} of {requested:.0f} steps")
+    if short:
+        return Check.failed("steps", "steps: " + "; ".join(short[:MAX_LISTED]))
+    return Check.passed("steps", "every rank completed the steps it was asked for")
+
+
+def check_throughput(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
+    """Every rank reported a finite throughput under the workload's key."""
+    key = spec.throughput_key
+    missing = [_missing(r, key) for r in metrics.ranks if _number(r, key) is None]
+    if missing:
+        return Check.failed("throughput", "throughput: " + "; ".join(missing[:MAX_LISTED]))
+    values = [_number(r, key) or 0.0 for r in metrics.ranks]
+    if not values:
+        return Check.failed("throughput", f"throughput: no rank reported {key}")
+    return Check.passed("throughput", f"{key} from all {len(values)} ranks, median {fmt(statistics.median(values))} "
+                                      f"{spec.unit}")
+
+
+def _loss_problem(rank: RankMetrics) -> str | None:
+    """Why this rank's loss did not decrease (or cannot be judged), None when it did."""
+    series = rank.steps
+    if len(series) >= 2:
+        if bad := [step for step, loss in series if loss is None]:
+            return f"loss is NaN/inf on {where(rank)} at step {bad[0]}"
+        quarter = max(1, len(series) // 4)
+        first = statistics.fmean(loss or 0.0 for _, loss in series[:quarter])
+        last = statistics.fmean(loss or 0.0 for _, loss in series[-quarter:])
+        what = f"mean of the first {quarter} steps {first:.4f}, of the last {quarter} {last:.4f}"
+    else:
+        first, last = _number(rank, "loss_first"), _number(rank, "loss_last")
+        if first is None or last is None:
+            return _missing(rank, "loss_first" if first is None else "loss_last")
+        what = f"first {first:.4f}, last {last:.4f}"
+    return None if last < first else f"loss did not decrease on {where(rank)}: {what}"
+
+
+def check_loss(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
+    """Each rank's loss fell: the mean of the last quarter of its steps below the first quarter's
+    (first and last loss when there is no per-step series)."""
+    if not spec.trains:
+        return Check.not_applicable("loss", f"{spec.workload} trains nothing")
+    if metrics.source_format == FORMAT_BERT:
+        return Check.not_applicable("loss", "the upstream BERT log prints no loss")
+    problems = [p for r in metrics.ranks if (p := _loss_problem(r))]
+    if problems:
+        return Check.failed("loss", "metrics: " + "; ".join(problems[:MAX_LISTED]))
+    return Check.passed("loss", f"the loss decreased on all {len(metrics.ranks)} ranks")
+
+
+def check_replicas(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
+    """After DDP every replica holds the same parameters: equal params_checksum on every rank."""
+    if not spec.trains:
+        return Check.not_applicable("replicas", f"{spec.workload} trains nothing")
+    if metrics.source_format != FORMAT_KT2T:
+        return Check.not_applicable("replicas", f"{FORMAT_NAMES[metrics.source_format]} carry no params_checksum")
+    if missing := [_missing(r, "params_checksum") for r in metrics.ranks if _number(r, "params_checksum") is None]:
+        return Check.failed("replicas", "replicas: " + "; ".join(missing[:MAX_LISTED]))
+    checksums: dict[float, list[int]] = {}
+    for rank in metrics.ranks:
+        checksums.setdefault(float(rank.values["params_checksum"]), []).append(rank.rank)
+    if len(checksums) > 1:
+        groups = "; ".join(f"ranks {rank_ranges(ranks)}: {value!r}" for value, ranks in checksums.items())
+        return Check.failed("replicas", f"replicas diverged (params_checksum differs, so gradients were not "
+                                        f"all-reduced alike): {groups}")
+    return Check.passed("replicas", f"params_checksum equal on all {len(metrics.ranks)} ranks")
+
+
+def check_minimum(metrics: WorkloadMetrics, expect: Expectation, verdict: Verdict) -> Check:
+    """The node type's minimum throughput per GPU (BERT; MIN_THROUGHPUT_PER_GPU overrides); the
+    minimum is drawn on the report's chart (verdict.references)."""
+    name, key, unit = "throughput_minimum", expect.spec.throughput_key, expect.spec.unit
+    figure = minimum_throughput(expect.min_throughput_per_gpu, "MIN_THROUGHPUT_PER_GPU", expect.node_type) \
+        if expect.spec.workload == "bert" else None
+    if figure is None:
+        return Check.not_applicable(name, f"no {key} threshold for {expect.node_type or 'this node type'} "
+                                          f"({NONE_UNTIL_MEASURED})")
+    verdict.references["minimum"] = {"key": key, "value": figure.value, "source": figure.source}
+    ranks = sorted((r for r in metrics.ranks if _number(r, key) is not None), key=lambda r: _number(r, key) or 0.0)
+    if ranks and (lowest := _number(ranks[0], key) or 0.0) < figure.value:
+        return Check.failed(name, f"threshold: {key} on {where(ranks[0])} is {lowest:.2f} {unit}, expected >= "
+                                  f"{figure.value:.2f} {unit} ({figure.source})", measured=lowest,
+                            expected=figure.value, unit=unit, threshold=True)
+    return Check.passed(name, f"every rank >= {figure.value:g} {unit} ({figure.source})", expected=figure.value,
+                        unit=unit)
+
+
+def judge_training(metrics: WorkloadMetrics, expect: Expectation) -> Verdict:
+    """Every check of a training test, in order; the first failing one is the test's message."""
+    verdict = Verdict()
+    verdict.add([check_parse(metrics), check_workload(metrics, expect), check_ranks(metrics, expect.world_size),
+                 check_steps(metrics), check_throughput(metrics, expect.spec), check_loss(metrics, expect.spec),
+                 check_replicas(metrics, expect.spec), check_minimum(metrics, expect, verdict)])
+    throughput = Compared(expect.spec.throughput_key, expect.spec.unit)
+    verdict.extend(judge_stragglers(metrics.ranks, throughput, expect.straggler_fraction,
+                                    probe_required=metrics.source_format == FORMAT_KT2T))
+    return verdict
+
+
+# Which workload each test of the suites runs (the re-judging CLI finds a test's expectations here).
+TEST_WORKLOADS = {"TestBertTraining": "bert", "TestNanoGPTTraining": "nanogpt", "TestMNISTTraining": "mnist",
+                  "TestElasticRecovery": "nanogpt", "TestNCCLAllReduce": "allreduce"}
+
