@@ -150,7 +150,7 @@ def _complete_job_status() -> Obj:
 def _one_verdict(
     cluster: Cluster, namespace: str, nodes: list[str], i: int, change: Callable[[], None], expect: str
 ) -> float:
-    """Wait as TrainingJob.wait_succeeded does (job, its pods, the nodes); once every watch is
+    """Wait as Job.wait_succeeded does (job, its pods, the nodes); once every watch is
     open, another thread makes the change; returns the seconds from just before the change's
     PATCH to wait_for's return or raise."""
     name = f"job-{i}"

@@ -512,11 +512,11 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
     from harness.config.settings import Origin, Source, resolve
     from harness.config.topology import NodeInfo, Topology
     from harness.framework.cli import parse_args
-    from harness.framework.context import Output, Session, TestContext
+    from harness.framework.context import Output, RunContext, TestContext
     from harness.framework.suite import Selector
-    from harness.jobs.job import TrainingJob, placement_for
+    from harness.jobs.job import Job, placement_for
     from harness.jobs.launchers import LAUNCHERS as HARNESS_LAUNCHERS
-    from harness.jobs.launchers import Workload
+    from harness.jobs.workload import Workload
     from harness.report.junit import write_junit
     from testbins.e2e_nvidia_training import SUITE, assess
 
@@ -532,13 +532,13 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
     generated = {name: Origin(Source.DERIVED, "bench/scale.py offline")
                  for name in ("node_type", "node_count", "gpus_per_node", "efa_per_node")}
     node_infos = tuple(NodeInfo(f"kwok-gpu-{i}", "p4d.24xlarge", GPUS_PER_NODE, 0, True) for i in range(nodes))
-    session = Session("e2e-nvidia-training", cfg, artifacts, CancelToken(), Output(False), Selector.from_config(cfg),
+    session = RunContext("e2e-nvidia-training", cfg, artifacts, CancelToken(), Output(False), Selector.from_config(cfg),
                       topology=Topology("p4d.24xlarge", node_infos, GPUS_PER_NODE, 0, generated))
     pods, captured = _offline_pods(launcher, nodes, logs)
 
     def test(t: TestContext) -> None:
         placement = placement_for(t, "offline", Workload("bert-training", "workloads.bert"))
-        job = TrainingJob(t, Workload("bert-training", "workloads.bert"), HARNESS_LAUNCHERS[launcher], placement)
+        job = Job(t, Workload("bert-training", "workloads.bert"), HARNESS_LAUNCHERS[launcher], placement)
         job.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
         job._captured = captured
         with timed("log_excerpts"):

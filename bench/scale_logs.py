@@ -1,7 +1,7 @@
 """Generated training logs for the scale bench: every rank's own lines, in the workloads' contract.
 
 Each rank prints `KT2T_STEP {json}` per step and one `KT2T_METRICS {json}` at the end
-(workloads/report.py's contract; the verdicts branch documents it in workloads/README.md), plus
+(workloads/metric_lines.py's contract; the verdicts branch documents it in workloads/README.md), plus
 BERT's `Process N - ...` lines, with values that differ by rank (throughput, step times, loss
 noise) but describe a healthy run: every loss falls, the replicas' checksums agree, no rank is a
 straggler. A torchrun pod's log holds its node's ranks, interleaved by step as they share the

@@ -34,7 +34,7 @@ from harness.config.settings import Config, Resolved, fallback_artifacts, proper
 from harness.config.values import format_duration
 from harness.errors import ClusterError, ConfigError, HarnessError, TestFailure, UsageError
 from harness.framework.cli import parse_args, wants_help
-from harness.framework.context import Output, Session, TestContext, TestPanic
+from harness.framework.context import Output, RunContext, TestContext, TestPanic
 from harness.framework.suite import Selected, Selector, Suite, describe_selection, listed
 from harness.report.junit import CaseResult, Outcome, write_junit
 
@@ -161,7 +161,7 @@ class Runner:
         self.suite = suite
         self.cfg = cfg
         self.cancel = CancelToken()
-        self.session = Session(suite.binary, cfg, Path(cfg.artifacts), self.cancel, Output(cfg.test_v),
+        self.session = RunContext(suite.binary, cfg, Path(cfg.artifacts), self.cancel, Output(cfg.test_v),
                                Selector.from_config(cfg))
         self._signals: list[float] = []
         self._timed_out: str | None = None
@@ -315,8 +315,8 @@ class Runner:
 
     def _not_run(self, name: str, reason: str) -> None:
         context = TestContext(self.session, name)
-        context.result = CaseResult(name, Outcome.SKIP, 0.0, reason)
-        self.session.results.append(context.result)
+        context.junit_case = CaseResult(name, Outcome.SKIP, 0.0, reason)
+        self.session.results.append(context.junit_case)
         context.write_result()
         self.session.output.ended("SKIP", name, 0.0, 0)
 

@@ -18,8 +18,8 @@ from harness.errors import TestFailure
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, record_verdict
-from harness.jobs.job import TrainingJob, launch
-from harness.jobs.launchers import Workload
+from harness.jobs.job import Job, launch
+from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.runner import main as run_suite
 from harness.verdict.bandwidth import judge_busbw, sweep_max_bytes
@@ -183,7 +183,7 @@ def single_node(t: TestContext) -> None:
     t.property("mnist.accuracy", f"{int(found['right']) / int(found['total']):.4f}")
 
 
-def first_match(job: TrainingJob, pattern: re.Pattern[str]) -> re.Match[str] | None:
+def first_match(job: Job, pattern: re.Pattern[str]) -> re.Match[str] | None:
     """The first line of the job's logs (current instances) matching `pattern`."""
     for entry in job.capture_logs():
         if entry.previous or not entry.path.exists():

@@ -15,7 +15,7 @@ from harness.framework.context import TestContext
 from harness.framework.suite import Suite
 from harness.jobs.assessment import assess
 from harness.jobs.job import launch
-from harness.jobs.launchers import Workload
+from harness.jobs.workload import Workload
 from harness.runner import main as run_suite
 
 SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluster: each test launches a workload "

@@ -3,7 +3,7 @@
 Like `all_reduce_perf -b 8 -e <max> -f 2`: float32 sum, sizes doubling from --min-bytes, bus
 bandwidth = algbw * 2(n-1)/n, and `# Avg bus bandwidth` over all sizes. With NCCL_TESTS_MIN_BW set
 (GB/s), exits 1 when that average is below 0.9 x the value, as nccl-tests does. Every rank prints a
-KT2T_STEP line per message size and its KT2T_METRICS line (workloads/report.py).
+KT2T_STEP line per message size and its KT2T_METRICS line (workloads/metric_lines.py).
 Run: torchrun --nproc_per_node=N -m workloads.allreduce --max-bytes 1G
 """
 
@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from workloads.distributed import EnvError, Session
+from workloads.metric_lines import Reporter, say
 from workloads.program import new_parser, run_main, workload_main
-from workloads.report import Reporter, say
 
 _SIZE = re.compile(r"^(\d+)([KMG]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

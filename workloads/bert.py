@@ -1,6 +1,6 @@
 """BERT pre-training (MLM + NSP) with DDP on synthetic batches; prints the upstream test's lines.
 
-Every rank also prints the KT2T_STEP and KT2T_METRICS lines of workloads/report.py.
+Every rank also prints the KT2T_STEP and KT2T_METRICS lines of workloads/metric_lines.py.
 
 Run: torchrun --nproc_per_node=N -m workloads.bert --size base
 """
@@ -19,9 +19,9 @@ from transformers import BertConfig, BertForPreTraining
 
 from workloads import hardware
 from workloads.distributed import Session, data_parallel, mean_over_ranks
+from workloads.metric_lines import Reporter, params_checksum, say
 from workloads.probe import compute_ms_per_step, synchronize
 from workloads.program import new_parser, run_main, workload_main
-from workloads.report import Reporter, params_checksum, say
 
 # Special ids at the bottom of every vocabulary; real tokens are PAD_ID+FIRST_TOKEN.. vocab_size-1.
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3

@@ -3,7 +3,7 @@
 Lightning's DDPStrategy runs with process_group_backend nccl (GPU) or gloo (CPU), taking ranks from
 torchrun or OpenMPI through the same reader as the other workloads. Rank 0 prints one line per
 epoch: `epoch E: loss X, accuracy Y` (mean training loss and validation accuracy over all ranks);
-every rank prints the KT2T_STEP (one per batch) and KT2T_METRICS lines of workloads/report.py.
+every rank prints the KT2T_STEP (one per batch) and KT2T_METRICS lines of workloads/metric_lines.py.
 Run: torchrun --nproc_per_node=N -m workloads.mnist --size tiny
 """
 
@@ -26,9 +26,9 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from workloads.distributed import DistEnv, Session
+from workloads.metric_lines import Reporter, params_checksum, say
 from workloads.probe import compute_ms_per_step
 from workloads.program import new_parser, run_main, workload_main
-from workloads.report import Reporter, params_checksum, say
 
 NUM_CLASSES = 10
 

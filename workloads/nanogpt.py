@@ -2,7 +2,7 @@
 
 Trains a char-level GPT on a small Shakespeare text shipped in the package (nothing is downloaded)
 and prints nanoGPT's `iter N: loss X, time Yms, mfu Z%` lines on rank 0; every rank prints the
-KT2T_STEP and KT2T_METRICS lines of workloads/report.py.
+KT2T_STEP and KT2T_METRICS lines of workloads/metric_lines.py.
 Run: torchrun --nproc_per_node=N -m workloads.nanogpt --size tiny --checkpoint-dir /ckpt
 """
 
@@ -23,9 +23,9 @@ from torch.nn.parallel import DistributedDataParallel
 from workloads import checkpoint, hardware
 from workloads.distributed import Session, data_parallel
 from workloads.gpt import GPT, GPTConfig
+from workloads.metric_lines import Reporter, params_checksum, say
 from workloads.probe import compute_ms_per_step
 from workloads.program import new_parser, run_main, workload_main
-from workloads.report import Reporter, params_checksum, say
 
 # tiny-shakespeare's 65 symbols: a fixed vocabulary, so the first loss is ln(65) = 4.17 whatever
 # text is used, and char ids are the same as in nanoGPT's shakespeare_char.

@@ -31,8 +31,8 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from workloads.distributed import EnvError, Session, distributed_session
+from workloads.metric_lines import Reporter
 from workloads.probe import compute_probe
-from workloads.report import Reporter
 
 Train = Callable[[argparse.Namespace, Session, Reporter], "int | None"]
 Main = Callable[["list[str] | None"], int]

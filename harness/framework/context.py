@@ -79,7 +79,7 @@ class Output:
 
 
 @dataclass
-class Session:
+class RunContext:
     """What every test of one run shares."""
 
     binary: str
@@ -115,15 +115,15 @@ class TestContext:
 
     __test__ = False
 
-    def __init__(self, session: Session, name: str, depth: int = 0, instance: str = "") -> None:
+    def __init__(self, session: RunContext, name: str, depth: int = 0, instance: str = "") -> None:
         self.session = session
         self.name = name
         # Unique among the run's tests (-test.count repeats a name): artifacts folder and namespace.
         self.instance = instance or name
         self.depth = depth
-        self.result = CaseResult(name)
+        self.junit_case = CaseResult(name)
         # What result.json holds beyond the outcome: pods, events, checks, metrics (harness/report/results.py).
-        self.record = TestRecord()
+        self.result_json = TestRecord()
         self._cleanups = ExitStack()
         self._log_lines: list[str] = []
         # Parts of <system-out>, joined once when the test ends (appending to one string copied
@@ -157,7 +157,7 @@ class TestContext:
 
     @property
     def failed(self) -> bool:
-        return self.result.outcome in (Outcome.FAIL, Outcome.ERROR)
+        return self.junit_case.outcome in (Outcome.FAIL, Outcome.ERROR)
 
     def keeps_resources(self) -> bool:
         """Whether teardown leaves the test's objects: KEEP_RESOURCES, --disable-graceful-teardown,
@@ -189,7 +189,7 @@ class TestContext:
 
     def property(self, key: str, value: object) -> None:
         """A JUnit property of this test case (metrics, restart counts...)."""
-        self.result.properties[key] = str(value)
+        self.junit_case.properties[key] = str(value)
 
     def attach_output(self, text: str) -> None:
         """Text for the test case's <system-out> (pod logs under their headers)."""
@@ -233,11 +233,11 @@ class TestContext:
         suffix = self.instance[len(self.name):]
         child = TestContext(self.session, full, self.depth + 1, full + suffix)
         child.execute(func)
-        self.record.child_executions.add(child.record.execution())
+        self.result_json.child_executions.add(child.result_json.execution())
         if child.failed:
-            if self.result.outcome is Outcome.PASS:
-                self.result.outcome = Outcome.FAIL
-                self.result.message = f"subtest {full} failed: {child.result.message}"
+            if self.junit_case.outcome is Outcome.PASS:
+                self.junit_case.outcome = Outcome.FAIL
+                self.junit_case.message = f"subtest {full} failed: {child.junit_case.message}"
             return False
         return True
 
@@ -247,7 +247,7 @@ class TestContext:
         """Run func, record its outcome, then its cleanups; print Go-style lines."""
         self.session.output.started(self.name, self.depth)
         started = time.monotonic()
-        self.session.results.append(self.result)
+        self.session.results.append(self.junit_case)
         self.session.running[self.name] = started
         try:
             try:
@@ -261,12 +261,12 @@ class TestContext:
             raise
         finally:
             self.session.running.pop(self.name, None)
-            self.result.elapsed = time.monotonic() - started
-            self.result.system_out = "".join(self._output_parts)
-            self.result.properties["execution"] = self.record.execution()
+            self.junit_case.elapsed = time.monotonic() - started
+            self.junit_case.system_out = "".join(self._output_parts)
+            self.junit_case.properties["execution"] = self.result_json.execution()
             self.write_result()
             self._report()
-        return self.result
+        return self.junit_case
 
     def _run_body(self, func: TestFunc) -> None:
         """Run the test body and record its outcome before the cleanups run: teardown reads it
@@ -305,7 +305,7 @@ class TestContext:
         """result.json in the test's folder; a failure to write it is logged, never raised (JUnit is
         still written)."""
         try:
-            document = result_document(self.session.binary, self.result, self.record, self.session.resolved())
+            document = result_document(self.session.binary, self.junit_case, self.result_json, self.session.resolved())
             write_result(self.artifacts_dir / "result.json", document)
         except (OSError, ValueError) as exc:
             self.logf("cannot write result.json: %s: %s", type(exc).__name__, exc)
@@ -313,23 +313,23 @@ class TestContext:
     def _record(self, outcome: Outcome, message: str, detail: str = "") -> None:
         if self.failed and outcome is not Outcome.SKIP:
             # Keep the first failure (a subtest's), add this one to the detail.
-            self.result.detail += f"\n{message}\n{detail}"
+            self.junit_case.detail += f"\n{message}\n{detail}"
             return
         if outcome in (Outcome.FAIL, Outcome.ERROR):
-            self.record.failed_at = utc_now()
-        self.result.outcome, self.result.message = outcome, message.splitlines()[0] if message else ""
-        self.result.detail = f"{message}\n{detail}".strip()
+            self.result_json.failed_at = utc_now()
+        self.junit_case.outcome, self.junit_case.message = outcome, message.splitlines()[0] if message else ""
+        self.junit_case.detail = f"{message}\n{detail}".strip()
         self.logf("%s", message)
 
     def _report(self) -> None:
         out = self.session.output
-        verdict = self.result.outcome.value if self.result.outcome is not Outcome.ERROR else "FAIL"
-        execution = self.result.properties.get("execution")
+        verdict = self.junit_case.outcome.value if self.junit_case.outcome is not Outcome.ERROR else "FAIL"
+        execution = self.junit_case.properties.get("execution")
         canned = (f"execution={execution}: the local cluster served canned pod logs, not a real run"
                   if execution in (CANNED, MIXED) else None)
         if canned and out.verbose:
             self.logf("%s", canned)  # a log line of the test, before its --- line (test2json too)
-        out.ended(verdict, self.name, self.result.elapsed, self.depth)
+        out.ended(verdict, self.name, self.junit_case.elapsed, self.depth)
         if canned and not out.verbose:
             out.emit("    " * (self.depth + 1) + canned)
         if not out.verbose and self.failed:

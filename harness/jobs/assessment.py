@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.framework.context import TestContext
-from harness.jobs.job import TrainingJob
+from harness.jobs.job import Job
 from harness.metrics.records import WorkloadMetrics
 from harness.report.results import MetricsMeta
 from harness.verdict.checks import Verdict
@@ -45,14 +45,14 @@ def record_verdict(t: TestContext, verdict: Verdict, metrics: WorkloadMetrics | 
                    meta: MetricsMeta | None = None) -> None:
     """Every check into the JUnit properties, the test's log and result.json; then the first failing
     check (if any) fails the test."""
-    t.record.verdict.extend(verdict)
+    t.result_json.verdict.extend(verdict)
     if metrics is not None:
-        t.record.metrics, t.record.meta = metrics, meta or t.record.meta
-    for key, value in t.record.verdict.properties().items():
+        t.result_json.metrics, t.result_json.meta = metrics, meta or t.result_json.meta
+    for key, value in t.result_json.verdict.properties().items():
         t.property(key, value)
     for line in verdict.lines():
         t.logf("%s", line)
-    t.logf("verdict: %s", t.record.verdict.summary())
+    t.logf("verdict: %s", t.result_json.verdict.summary())
     verdict.raise_if_failed()
 
 
@@ -66,7 +66,7 @@ def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int,
     return judge_training(metrics, expect), MetricsMeta(world_size, spec.throughput_key, spec.unit)
 
 
-def assess(t: TestContext, job: TrainingJob, workload: str | None = None,
+def assess(t: TestContext, job: Job, workload: str | None = None,
            more: Callable[[WorkloadMetrics], Verdict] | None = None) -> WorkloadMetrics:
     """Assess a job that has ended: its metrics read and recorded on the test, judged, and the
     verdict recorded; the first failing check fails the test. `workload` names the training verdict

@@ -21,10 +21,11 @@ from harness.cluster.wait import Condition, wait_for
 from harness.cluster.watch import ChangeCursor, ClusterState
 from harness.config.settings import pod_environment_passthrough
 from harness.errors import ConfigError, JobFailed, WaitTimeout
-from harness.framework.context import Session, TestContext
+from harness.framework.context import RunContext, TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
 from harness.jobs.job_metrics import LogScans, job_metrics
-from harness.jobs.launchers import LAUNCHERS, Launcher, Placement, Rendering, Workload, rank_locations
+from harness.jobs.launchers import LAUNCHERS, Launcher, rank_locations
+from harness.jobs.workload import Placement, Rendering, Workload
 from harness.metrics.records import WorkloadMetrics
 from harness.report.junit import Outcome
 from harness.report.results import event_entry
@@ -56,7 +57,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
 
 
 @dataclass
-class TrainingJob:
+class Job:
     """One launched workload; created by `launch(t, workload)`."""
 
     t: TestContext
@@ -204,7 +205,7 @@ class TrainingJob:
                                               on_captured=self._scans.add)
             seconds, size = time.monotonic() - started, sum(entry.size for entry in self._captured)
             self.note_phase("log_capture", seconds)
-            self.t.record.add_pods(self.pods_seen.values(), self._captured, self.t.artifacts_dir)
+            self.t.result_json.add_pods(self.pods_seen.values(), self._captured, self.t.artifacts_dir)
             self.t.property("pods.logs_captured", len(self._captured))
             self.t.property("logs.bytes", size)
             self.t.logf("captured %d logs (%.1f MiB) in %.2fs", len(self._captured), size / 2**20, seconds)
@@ -248,7 +249,7 @@ class TrainingJob:
         self.t.logf("teardown of %s", self.workload.job_name)
         self.capture_logs()
         self._save_events()
-        if self.t.result.outcome is not Outcome.PASS:
+        if self.t.junit_case.outcome is not Outcome.PASS:
             self._save_objects()
         if not self.t.keeps_resources():
             for name in self.launcher.owners(self.workload, self.placement):
@@ -257,7 +258,7 @@ class TrainingJob:
 
     def _save_events(self) -> None:
         events = self.t.cluster.list(EVENT, self.namespace).get("items", [])
-        self.t.record.events = [event_entry(e) for e in events]
+        self.t.result_json.events = [event_entry(e) for e in events]
         lines = [f"{e.get('lastTimestamp') or e.get('eventTime') or ''} {e.get('type', '')} "
                  f"{e.get('involvedObject', {}).get('kind', '')}/{e.get('involvedObject', {}).get('name', '')} "
                  f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]
@@ -280,7 +281,7 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
     return [obj for objects in by_template.values() for obj in objects]
 
 
-def ensure_launcher_api(session: Session, launcher: Launcher, needed_by: str) -> None:
+def ensure_launcher_api(session: RunContext, launcher: Launcher, needed_by: str) -> None:
     """The API a launcher needs (the MPIJob CRD): mpi-operator installed when it is missing and
     INSTALL_MPI_OPERATOR allows, else a ConfigError naming what is missing."""
     if launcher.needs_api is None:
@@ -299,7 +300,7 @@ def ensure_launcher_api(session: Session, launcher: Launcher, needed_by: str) ->
 
 
 
-def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> TrainingJob:
+def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> Job:
     """Render and apply the workload for its launcher (LAUNCHER unless it names one), installing
     mpi-operator first if the launcher needs it and it is missing; the job's teardown is registered
     before anything is applied."""
@@ -308,7 +309,7 @@ def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_L
     ensure_launcher_api(t.session, launcher, t.name)
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
-    job = TrainingJob(t, workload, launcher, placement, heading)
+    job = Job(t, workload, launcher, placement, heading)
     t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
     for obj in objects:
         t.cluster.apply(obj)

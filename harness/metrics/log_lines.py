@@ -78,7 +78,7 @@ def split_tag(line: str) -> tuple[int | None, str]:
     return None, line
 
 
-# ---- KT2T_METRICS / KT2T_STEP: `MARKER {compact json}` (workloads/report.py) ---------------------
+# ---- KT2T_METRICS / KT2T_STEP: `MARKER {compact json}` (workloads/metric_lines.py) ---------------------
 
 
 def _reject_constant(name: str) -> float:

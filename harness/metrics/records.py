@@ -1,7 +1,7 @@
 """Metrics parsed from workload logs; `python -m harness.metrics FILE...` prints them as JSON.
 
 Formats, one linear pass per log (line by line, harness/metrics/log_lines.py):
-- this project's workloads (workloads/report.py): `KT2T_STEP {json}` per step and
+- this project's workloads (workloads/metric_lines.py): `KT2T_STEP {json}` per step and
   `KT2T_METRICS {json}` at the end, on every rank. NaN/inf are written as null and listed in
   the record's `nonfinite`.
 - upstream BERT (aws-k8s-tester): `Process N - Throughput: Y samples/second`, `Process N -

@@ -28,7 +28,7 @@ from harness.cluster.manifests import template_text
 from harness.cluster.resources import Obj
 from harness.cluster.wait import Condition, wait_for
 from harness.errors import HarnessError, TestFailure, WaitTimeout
-from harness.framework.context import Session
+from harness.framework.context import RunContext
 
 # How long removal waits for each deleted object to be gone before leaving it to the API server.
 REMOVE_SECONDS = 60.0
@@ -85,7 +85,7 @@ def readiness(obj: Obj, node_names: tuple[str, ...], grace: float) -> tuple[Cond
     return None
 
 
-def ensure(session: Session, addon: Addon, node_names: tuple[str, ...]) -> None:
+def ensure(session: RunContext, addon: Addon, node_names: tuple[str, ...]) -> None:
     """Create what the cluster lacks of the add-on, register its removal, wait for all of it."""
     cluster, cfg = session.cluster, session.cfg
     assert cluster is not None, "ensure an add-on after connecting"
@@ -118,7 +118,7 @@ def ensure(session: Session, addon: Addon, node_names: tuple[str, ...]) -> None:
         + (f" on {', '.join(node_names)}" if node_names else ""))
 
 
-def remove(session: Session, addon: Addon, created: list[Obj]) -> None:
+def remove(session: RunContext, addon: Addon, created: list[Obj]) -> None:
     """Delete what this run created of the add-on, last first, and wait (bounded) until it is gone;
     a failure is said and the run goes on (its JUnit must still be written)."""
     try:
@@ -131,7 +131,7 @@ def remove(session: Session, addon: Addon, created: list[Obj]) -> None:
     say(session, f"{addon.name}: removed " + ", ".join(describe(o) for o in reversed(created)))
 
 
-def _delete_and_wait(session: Session, addon: Addon, created: list[Obj]) -> None:
+def _delete_and_wait(session: RunContext, addon: Addon, created: list[Obj]) -> None:
     cluster = session.cluster
     assert cluster is not None
     for obj in reversed(created):
@@ -147,12 +147,12 @@ def _delete_and_wait(session: Session, addon: Addon, created: list[Obj]) -> None
                 "server")
 
 
-def say(session: Session, message: str) -> None:
+def say(session: RunContext, message: str) -> None:
     """Set-up and removal of add-ons change the cluster: always said, on stderr (upstream logs them too)."""
     print(f"{session.binary}: {message}", file=sys.stderr, flush=True)
 
 
-def set_up_device_plugins(session: Session, node_names: tuple[str, ...]) -> None:
+def set_up_device_plugins(session: RunContext, node_names: tuple[str, ...]) -> None:
     """The device plugins the configuration asks for, rolled out on the nodes the run will use."""
     cfg = session.cfg
     if cfg.accelerator != "nvidia":

@@ -12,7 +12,7 @@ import sys
 from harness.framework.context import TestContext
 from harness.framework.suite import Suite
 from harness.jobs.job import launch
-from harness.jobs.launchers import Workload
+from harness.jobs.workload import Workload
 from harness.runner import main as run_suite
 
 SUITE = Suite("mpi-faults", "MPIJob faults: a rank that exits non-zero, a worker pod deleted mid-run.")

@@ -1,4 +1,4 @@
-"""Crafted workload logs for the verdict tests: this project's KT2T lines (workloads/report.py's
+"""Crafted workload logs for the verdict tests: this project's KT2T lines (workloads/metric_lines.py's
 contract) and nccl-tests tables shaped on published figures. Crafted, not captured: each helper
 says what it stands for."""
 

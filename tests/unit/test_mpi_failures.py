@@ -10,8 +10,9 @@ from harness.cluster.conditions import any_pod_failed, mpi_worker_lost, pods_end
 from harness.cluster.logs import CapturedLog
 from harness.cluster.watch import ClusterState
 from harness.jobs.job_metrics import job_metrics
-from harness.jobs.launchers import LAUNCHERS, Placement, Workload
+from harness.jobs.launchers import LAUNCHERS
 from harness.jobs.mpirun import explain_failure, launcher_runs, lost_worker_hosts, read_mpirun_log
+from harness.jobs.workload import Placement, Workload
 from harness.metrics.records import read_lines
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL
 from harness.cluster.manifests import render
-from harness.jobs.launchers import LAUNCHERS, Placement, Workload, rank_locations
+from harness.jobs.launchers import LAUNCHERS, rank_locations
+from harness.jobs.workload import Placement, Workload
 
 LABELS = {MANAGED_BY_LABEL: MANAGED_BY, "kubetest2-training/job": "bert-training"}
 

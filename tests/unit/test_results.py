@@ -44,8 +44,8 @@ def trains(t: TestContext, canned: bool = False, fail: bool = False) -> None:
     text = "\n".join([*step_lines(0, 1500), metrics_line(metrics_record(0, 1))]) + "\n"
     (logs / "worker-0.log").write_text(text)
     captured = [CapturedLog("worker-0", "node-0", "worker", logs / "worker-0.log")]
-    t.record.add_pods([pod("worker-0", "node-0", canned, 134 if fail else 0)], captured, t.artifacts_dir)
-    t.record.events = [{"time": "2026-12-01T10:00:00Z", "type": "Normal", "object": "Pod/worker-0",
+    t.result_json.add_pods([pod("worker-0", "node-0", canned, 134 if fail else 0)], captured, t.artifacts_dir)
+    t.result_json.events = [{"time": "2026-12-01T10:00:00Z", "type": "Normal", "object": "Pod/worker-0",
                         "reason": "Scheduled", "message": "assigned"}]
     metrics = combine([scan_lines(text.splitlines(), "logs/worker-0.log")])
     verdict = Verdict([Check.passed("ranks", "all 1 ranks reported once")])
@@ -185,6 +185,6 @@ def test_a_verdict_raises_only_after_it_is_recorded(tmp_path, monkeypatch):
     def records_then_fails(t: TestContext) -> None:
         with pytest.raises(TestFailure):
             record_verdict(t, Verdict([Check.failed("x", "boom")]))
-        assert t.result.properties["check.x"] == "fail: boom"
+        assert t.junit_case.properties["check.x"] == "fail: boom"
 
     assert run_suite(tmp_path, monkeypatch, records_then_fails) == EXIT_PASS

@@ -105,7 +105,7 @@ def assert_trained(run: Run, workload: str, expected_first_loss: float, toleranc
 
 
 def assert_reported(run: Run, workload: str, *, training: bool) -> list[dict]:
-    """The KT2T_METRICS contract (workloads/report.py) on both ranks: identity, progress, probe,
+    """The KT2T_METRICS contract (workloads/metric_lines.py) on both ranks: identity, progress, probe,
     everything finite; and a KT2T_STEP line per step on every rank, in order."""
     metrics = run.metrics
     assert [m["rank"] for m in metrics] == [0, 1], run.explain()

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from workloads import probe, report  # noqa: E402 - after the torch skip
+from workloads import metric_lines, probe  # noqa: E402 - after the torch skip
 from workloads.distributed import DistEnv, Session  # noqa: E402
 
 pytestmark = pytest.mark.workloads
@@ -24,26 +24,27 @@ def lines(out: str, prefix: str) -> list[dict]:
 
 
 def test_nonfinite_values_become_null_and_are_named():
-    line = report.encode("X ", {"a": 1.0, "b": math.nan, "c": -math.inf, "d": "text"}, always_list_nonfinite=False)
+    line = metric_lines.encode("X ", {"a": 1.0, "b": math.nan, "c": -math.inf, "d": "text"},
+                               always_list_nonfinite=False)
     assert line == 'X {"a":1.0,"b":null,"c":null,"d":"text","nonfinite":["b","c"]}'
-    assert report.encode("X ", {"a": 1}, always_list_nonfinite=True) == 'X {"a":1,"nonfinite":[]}'
-    assert report.encode("X ", {"a": 1}, always_list_nonfinite=False) == 'X {"a":1}'
+    assert metric_lines.encode("X ", {"a": 1}, always_list_nonfinite=True) == 'X {"a":1,"nonfinite":[]}'
+    assert metric_lines.encode("X ", {"a": 1}, always_list_nonfinite=False) == 'X {"a":1}'
 
 
 def test_a_nan_loss_is_null_and_listed_in_the_record(capfd, monkeypatch):
     monkeypatch.setenv("POD_NAME", "bert-training-worker-1")
     monkeypatch.setenv("NODE_NAME", "ip-10-0-1-5")
-    reporter = report.Reporter("bert", session(), {"probe_matmul_tflops": 0.05})
+    reporter = metric_lines.Reporter("bert", session(), {"probe_matmul_tflops": 0.05})
     reporter.steps_requested = 3
     reporter.step(0, 5.3, 12.5)
     reporter.step(1, math.nan, 11.0)
     reporter.step(2, math.inf, 10.0)
     reporter.finish({"throughput": math.nan})
     out = capfd.readouterr().out
-    steps = lines(out, report.STEP_PREFIX)
+    steps = lines(out, metric_lines.STEP_PREFIX)
     assert steps[0] == {"rank": 1, "step": 0, "loss": 5.3, "ms": 12.5}
     assert steps[1] == {"rank": 1, "step": 1, "loss": None, "ms": 11.0, "nonfinite": ["loss"]}
-    [record] = lines(out, report.METRICS_PREFIX)
+    [record] = lines(out, metric_lines.METRICS_PREFIX)
     assert record["loss_first"] == 5.3
     assert record["loss_last"] is None and record["throughput"] is None
     assert record["nonfinite"] == ["loss_last", "throughput"]
@@ -59,29 +60,29 @@ def test_a_nan_loss_is_null_and_listed_in_the_record(capfd, monkeypatch):
 
 def test_pod_is_null_outside_kubernetes(capfd, monkeypatch):
     monkeypatch.delenv("POD_NAME", raising=False)
-    report.Reporter("allreduce", session(), {}).finish({})
-    [record] = lines(capfd.readouterr().out, report.METRICS_PREFIX)
+    metric_lines.Reporter("allreduce", session(), {}).finish({})
+    [record] = lines(capfd.readouterr().out, metric_lines.METRICS_PREFIX)
     assert record["pod"] is None
     assert record["steps_completed"] == 0 and "loss_first" not in record  # no loss: not a training workload
 
 
 def test_step_lines_are_bounded_and_the_last_step_is_always_printed(capfd):
-    reporter = report.Reporter("nanogpt", session(0), {})
-    total = report.STEP_LINES_IN_FULL + 2 * report.STEP_LINES_EVERY + 5  # 0 .. 1204
+    reporter = metric_lines.Reporter("nanogpt", session(0), {})
+    total = metric_lines.STEP_LINES_IN_FULL + 2 * metric_lines.STEP_LINES_EVERY + 5  # 0 .. 1204
     for step in range(total):
         reporter.step(step, 1.0)
     reporter.finish({})
-    printed = [s["step"] for s in lines(capfd.readouterr().out, report.STEP_PREFIX)]
-    assert printed == [*range(report.STEP_LINES_IN_FULL), 1000, 1100, 1200, total - 1]
+    printed = [s["step"] for s in lines(capfd.readouterr().out, metric_lines.STEP_PREFIX)]
+    assert printed == [*range(metric_lines.STEP_LINES_IN_FULL), 1000, 1100, 1200, total - 1]
 
 
 def test_a_resumed_run_counts_steps_over_the_whole_job(capfd):
-    reporter = report.Reporter("nanogpt", session(0), {})
+    reporter = metric_lines.Reporter("nanogpt", session(0), {})
     reporter.steps_requested = 40
     for step in range(20, 40):
         reporter.step(step, 1.0)
     reporter.finish({})
-    [record] = lines(capfd.readouterr().out, report.METRICS_PREFIX)
+    [record] = lines(capfd.readouterr().out, metric_lines.METRICS_PREFIX)
     assert (record["steps_requested"], record["steps_completed"]) == (40, 40)
 
 

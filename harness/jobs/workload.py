@@ -1,0 +1,71 @@
+"""What a job runs and where: the Workload a test asks for (program, arguments, image, launcher,
+nodes), the Placement a launcher renders it onto (namespace, nodes, processes per node, image), and
+the Rendering it makes of them (a manifests/ template and its fields)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a job runs in every process: `python -m <module> <args>`, or `<binary> <args>`."""
+
+    job_name: str
+    module: str | None = None
+    args: tuple[str, ...] = ()
+    binary: str | None = None  # a non-Python program (nccl-tests' all_reduce_perf)
+    # torchrun --nnodes=1:N with c10d rendezvous and restarts (elastic recovery).
+    elastic: bool = False
+    max_restarts: int = 0
+    image: str | None = None  # default: TRAINING_IMAGE
+    launcher: str | None = None  # default: LAUNCHER
+    nodes: int | None = None  # default: every node of the topology (a single-node variant uses 1)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
+    host_paths: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.module is None) == (self.binary is None):
+            raise ValueError(f"workload {self.job_name}: give exactly one of module or binary")
+
+    def program(self) -> list[str]:
+        """The per-process command line (what mpirun starts on every slot)."""
+        if self.module is not None:
+            return ["python", "-m", self.module, *self.args]
+        return [str(self.binary), *self.args]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job runs and what its objects carry: all that rendering needs."""
+
+    namespace: str
+    labels: Mapping[str, str]  # of every object of the job
+    pod_annotations: Mapping[str, str]
+    pod_env: Mapping[str, str]  # the caller's NCCL_*/FI_* variables
+    node_type: str
+    node_names: tuple[str, ...]
+    processes_per_node: int
+    efa_per_node: int
+    accelerator: str
+    image: str
+    job_timeout: float
+
+    @property
+    def node_count(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def world_size(self) -> int:
+        return self.node_count * self.processes_per_node
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """A template of manifests/ and its fields."""
+
+    template: str
+    fields: dict[str, Any]
