@@ -12,7 +12,7 @@ size and launcher `e2e-nvidia-training --test.run=TestBertTraining` across every
 Indexed Job, one pod per node, 8 ranks each) and mpi (an MPIJob: a worker per node, the launcher's
 tagged log holds every rank). Every pod serves its own generated log (bench/scale_logs.py: about 64
 KiB a pod, every 50th pod 1 MiB) through the node agent's `{index}` canned-log names. The binary's
-`-test.v` lines mark the phases (its training_job.py logs each); at each mark the bench reads the
+`-test.v` lines mark the phases (harness/jobs/job.py logs each); at each mark the bench reads the
 binary's CPU and RSS from /proc, and the cluster's components' CPU, so each phase has its own CPU
 figures. report.html is timed as `python -m harness.report ARTIFACTS` afterwards.
 

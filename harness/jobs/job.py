@@ -1,5 +1,7 @@
 """A job's life: launch (render for its launcher, apply), wait (failing fast), capture logs, read
 metrics, and teardown (logs first, then events, the objects on failure, delete) on every path.
+A job is any workload a test launches: a training run, a per-node probe (nvidia-smi), a DaemonSet
+check (upstream's containerd check) alike.
 
 Each phase's wall time is a JUnit property (`phase.<name>.seconds`: launch, pods_started, job,
 log_capture, parse, verdict, teardown) and a log line, so a large run says where its time went."""
@@ -58,7 +60,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
 
 @dataclass
 class Job:
-    """One launched workload; created by `launch(t, workload)`."""
+    """One launched workload (training, probe or check); created by `launch(t, workload)`."""
 
     t: TestContext
     workload: Workload
