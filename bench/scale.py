@@ -16,7 +16,8 @@ KiB a pod, every 50th pod 1 MiB) through the node agent's `{index}` canned-log n
 binary's CPU and RSS from /proc, and the cluster's components' CPU, so each phase has its own CPU
 figures. report.html is timed as `python -m harness.report ARTIFACTS` afterwards.
 
-Offline (`offline`): the test's own assessment (testbins' assess: metrics recorded, every check),
+Offline (`offline`): the test's own assessment (harness.jobs.assessment.assess, as the binaries call
+it: metrics recorded, every check),
 the JUnit writer and the report on generated logs already on disk, with no cluster: parse,
 verdict, JUnit and report at up to 8,000 ranks (and beyond) where the local cluster cannot go,
 each in a fresh process.
@@ -514,11 +515,12 @@ def offline_child(launcher: str, nodes: int, logs: Path, artifacts: Path) -> dic
     from harness.framework.cli import parse_args
     from harness.framework.context import Output, RunContext, TestContext
     from harness.framework.suite import Selector
+    from harness.jobs.assessment import assess
     from harness.jobs.job import Job, placement_for
     from harness.jobs.launchers import LAUNCHERS as HARNESS_LAUNCHERS
     from harness.jobs.workload import Workload
     from harness.report.junit import write_junit
-    from testbins.e2e_nvidia_training import SUITE, assess
+    from testbins.e2e_nvidia_training import SUITE
 
     timings: dict[str, tuple[float, float]] = {}
 
