@@ -1,0 +1,38 @@
+"""daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
+containerd check); done when a Ready pod runs on each selected node."""
+
+from __future__ import annotations
+
+from harness.cluster.conditions import (
+    pods_ready_on_nodes,
+)
+from harness.cluster.labels import job_selector
+from harness.cluster.resources import DAEMONSET
+from harness.cluster.wait import Condition
+from harness.config.topology import INSTANCE_TYPE_LABEL
+from harness.jobs.launchers.base import (
+    Launcher,
+    common_fields,
+    container_env,
+)
+from harness.jobs.workload import Placement, Rendering, Workload
+
+
+class DaemonSetCheck(Launcher):
+    """A DaemonSet on the nodes' type whose pods run a check and then stay up (upstream's
+    containerd check): done once a Ready pod runs on each selected node."""
+
+    name = "daemonset"
+    owner = DAEMONSET
+
+    def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        mounts = sorted(workload.host_paths.items())
+        return [Rendering("daemonset.yaml", {
+            **common_fields(workload, placement), "Command": workload.program(),
+            "Env": container_env(workload, placement, None), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
+            "VolumeMounts": [{"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, (path, _) in
+                             enumerate(mounts)],
+            "Volumes": [{"name": f"host-{i}", "hostPath": {"path": host}} for i, (_, host) in enumerate(mounts)]})]
+
+    def succeeded(self, workload: Workload, placement: Placement) -> Condition:
+        return pods_ready_on_nodes(placement.namespace, job_selector(workload.job_name), placement.node_names)

@@ -1,0 +1,105 @@
+"""mpi: an MPIJob v2beta1 (mpi-operator) in the shape of upstream's: `mpirun --tag-output` in the
+launcher, `-x` for every variable the ranks need, one worker per node running sshd; a failed
+launcher run is a retry of its Job, a lost worker or the Job's failure is explained from mpirun's
+log (harness.jobs.mpirun)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from harness.cluster.conditions import (
+    job_failed,
+    mpi_worker_lost,
+    mpijob_failed,
+    mpijob_succeeded,
+    pods_ended,
+)
+from harness.cluster.labels import job_selector
+from harness.cluster.logs import CapturedLog
+from harness.cluster.pods import mpi_role
+from harness.cluster.resources import MPIJOB, Obj
+from harness.cluster.wait import Condition
+from harness.jobs.launchers.base import (
+    Launcher,
+    env_list,
+    env_values,
+    worker_fields,
+)
+from harness.jobs.mpirun import explain_failure as explain_mpirun_failure
+from harness.jobs.mpirun import launcher_pods, launcher_runs
+from harness.jobs.workload import Placement, Rendering, Workload
+
+# Forwarded to every rank besides the launcher's env (-x is the only way a variable reaches a
+# rank: sshd gives the ranks neither the worker's env nor the launcher's): set by the image.
+MPIRUN_IMAGE_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
+# OpenMPI's own traffic on a real cluster: TCP over the pod network (not loopback or a docker
+# bridge), and not the cm PML (EFA's libfabric MTL is NCCL's; mpirun only bootstraps).
+MPIRUN_MCA = (("pml", "^cm"), ("btl", "tcp,self"), ("btl_tcp_if_exclude", "lo,docker0"))
+# Failed launcher runs its Job retries. Upstream's 20 absorbs a launcher that starts before its
+# workers resolve; WaitForWorkersReady removes that race, and what is left (a DNS record lagging a
+# Ready worker) needs one. More would rerun a deterministic failure (a rank that crashes) at the
+# cost of a whole run each, behind the Job's growing back-off (10 s, 20 s, ...). Retries are
+# reported, never hidden (launcher.runs, launcher.failed).
+MPI_LAUNCHER_BACKOFF_LIMIT = 1
+
+
+def mpi_master_addr(job_name: str) -> str:
+    """Worker 0 under the headless Service mpi-operator names after the job."""
+    return f"{job_name}-worker-0.{job_name}"
+
+
+class Mpi(Launcher):
+    name = "mpi"
+    owner = MPIJOB
+    needs_api = ("kubeflow.org/v2beta1", "MPIJob")
+    # -map-by slot: rank r on worker r // slots; a rank's hostname is its worker pod's name.
+    places_ranks = True
+
+    def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        env = env_values(workload, placement, mpi_master_addr(workload.job_name))
+        return [Rendering("mpijob.yaml", {
+            **worker_fields(workload, placement),
+            "SlotsPerWorker": placement.processes_per_node,
+            "BackoffLimit": MPI_LAUNCHER_BACKOFF_LIMIT,
+            "LauncherCommand": mpirun_command(workload, placement, env),
+            "LauncherEnv": env_list(env),
+        })]
+
+    def succeeded(self, workload: Workload, placement: Placement) -> Condition:
+        return mpijob_succeeded(placement.namespace, workload.job_name)
+
+    def failed(self, workload: Workload, placement: Placement) -> list[Condition]:
+        """The MPIJob or its launcher's Job failed (retries exhausted), or a worker was lost."""
+        namespace, name = placement.namespace, workload.job_name
+        return [mpijob_failed(namespace, name), job_failed(namespace, f"{name}-launcher"),
+                mpi_worker_lost(namespace, job_selector(name))]
+
+    def retried(self, pod: Obj) -> bool:
+        return mpi_role(pod) == "launcher"
+
+    def run_counts(self, pods: Iterable[Obj]) -> dict[str, int]:
+        runs, failed = launcher_runs(pods)
+        return {"launcher.runs": runs, "launcher.failed": failed}
+
+    def awaited_after_failure(self, workload: Workload, placement: Placement, blamed: str | None,
+                              pods: Mapping[str, Obj]) -> Condition | None:
+        """A worker failed or was lost: mpirun is still noticing it; its words come as it exits."""
+        if blamed is None or mpi_role(pods.get(blamed, {})) != "worker":
+            return None
+        running = [pod["metadata"]["name"] for pod in launcher_pods(pods.values())
+                   if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        return pods_ended(placement.namespace, job_selector(workload.job_name), running)
+
+    def explain_failure(self, reason: str, pods: Mapping[str, Obj], captured: list[CapturedLog],
+                        locations: Mapping[int, tuple[str, str]]) -> str | None:
+        return explain_mpirun_failure(reason, pods, captured, locations)
+
+
+def mpirun_command(workload: Workload, placement: Placement, env: Mapping[str, str]) -> list[str]:
+    """The launcher's mpirun, as upstream's: one slot per process on every worker (rank r on
+    worker r // slots), output tagged by rank, every variable of the launcher's env forwarded."""
+    forwarded = dict.fromkeys((*MPIRUN_IMAGE_VARIABLES, *env))
+    return ["mpirun", "--allow-run-as-root", "--tag-output", "-np", str(placement.world_size),
+            "-bind-to", "none", "-map-by", "slot",
+            *[arg for key, value in MPIRUN_MCA for arg in ("--mca", key, value)],
+            *[arg for name in forwarded for arg in ("-x", name)], *workload.program()]

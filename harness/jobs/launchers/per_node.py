@@ -1,0 +1,35 @@
+"""per-node: a Job per node with its pod pinned there, running the command once (probes such as
+listing a node's GPUs with nvidia-smi)."""
+
+from __future__ import annotations
+
+from harness.cluster.conditions import (
+    pods_succeeded,
+)
+from harness.cluster.labels import job_selector
+from harness.cluster.resources import JOB
+from harness.cluster.wait import Condition
+from harness.jobs.launchers.base import (
+    Launcher,
+    common_fields,
+    container_env,
+)
+from harness.jobs.workload import Placement, Rendering, Workload
+
+
+class PerNode(Launcher):
+    name = "per-node"
+    owner = JOB
+
+    def owners(self, workload: Workload, placement: Placement) -> list[str]:
+        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
+
+    def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        common = common_fields(workload, placement)
+        return [Rendering("per-node-job.yaml", {
+            **common, "JobName": job_name, "NodeName": node, "GPUPerNode": placement.processes_per_node,
+            "Command": workload.program(), "Env": container_env(workload, placement, None)})
+            for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
+
+    def succeeded(self, workload: Workload, placement: Placement) -> Condition:
+        return pods_succeeded(placement.namespace, job_selector(workload.job_name), placement.node_count)
