@@ -19,7 +19,7 @@ from transformers import BertConfig, BertForPreTraining
 
 from workloads import hardware
 from workloads.distributed import Session, data_parallel, mean_over_ranks
-from workloads.probe import compute_ms_per_step, synchronize
+from workloads.probe import compute_window, synchronize
 from workloads.program import new_parser, run_main, workload_main
 from workloads.report import Reporter, params_checksum, say
 
@@ -219,16 +219,16 @@ class BertTrainer:
         self.optimizer.step()
         return loss.item()
 
-    def compute_ms_per_step(self) -> float:
+    def compute_window(self) -> dict[str, float | int]:
         """Forward+backward without the all-reduce, on a batch of its own (training data untouched)."""
         batch = self.batch(torch.Generator().manual_seed(-1))
-        return compute_ms_per_step(self.ddp, lambda: self.forward_backward(batch), self.device)
+        return compute_window(self.ddp, lambda: self.forward_backward(batch), self.device)
 
 
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     device, rank = session.device, session.env.rank
     trainer = BertTrainer(args.size, session, args.precision, args.batch_size, args.seq_len, args.seed)
-    compute_ms = trainer.compute_ms_per_step()
+    compute = trainer.compute_window()
     reporter.steps_requested = args.steps
     start = time.perf_counter()
     for step in range(args.steps):
@@ -257,7 +257,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "throughput": throughput,
             "throughput_avg": average,
             "training_time": training_time,
-            "compute_ms_per_step": compute_ms,
+            **compute,
             "loss_expected_first": math.log(trainer.model.config.vocab_size) + math.log(2),
             "params_checksum": params_checksum(trainer.model.parameters()),
         }

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from workloads.distributed import DistEnv, Session
-from workloads.probe import compute_ms_per_step
+from workloads.probe import COMPUTE_KEYS, compute_window
 from workloads.program import new_parser, run_main, workload_main
 from workloads.report import Reporter, params_checksum, say
 
@@ -118,7 +118,7 @@ class MNISTModule(pl.LightningModule):
         self.gamma = gamma
         self.reporter = reporter
         self.probe_batch = probe_batch
-        self.compute_ms_per_step = float("nan")
+        self.compute: dict[str, float | int] = dict.fromkeys(COMPUTE_KEYS, float("nan"))
         self.steps_done = 0
         self.train_seconds = 0.0
         self.train_samples = 0
@@ -145,7 +145,7 @@ class MNISTModule(pl.LightningModule):
         # The net's own forward+backward under the DDP wrapper's no_sync(): compute, no all-reduce.
         images, labels = (t.to(self.device) for t in self.probe_batch)
         self.reporter.steps_requested = int(self.trainer.estimated_stepping_batches)
-        self.compute_ms_per_step = compute_ms_per_step(
+        self.compute = compute_window(
             self.trainer.strategy.model, lambda: F.nll_loss(self.net(images), labels).backward(), self.device
         )
 
@@ -239,7 +239,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "loss_expected_first": math.log(NUM_CLASSES),
             "accuracy": module.last_accuracy,
             "samples_per_s": module.train_samples / module.train_seconds,
-            "compute_ms_per_step": module.compute_ms_per_step,
+            **module.compute,
             "params_checksum": params_checksum(module.parameters()),
         }
     )

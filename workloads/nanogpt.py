@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from workloads import checkpoint, hardware
 from workloads.distributed import Session, data_parallel
 from workloads.gpt import GPT, GPTConfig
-from workloads.probe import compute_ms_per_step
+from workloads.probe import compute_window
 from workloads.program import new_parser, run_main, workload_main
 from workloads.report import Reporter, params_checksum, say
 
@@ -228,7 +228,7 @@ def build(args: argparse.Namespace, session: Session) -> tuple[GPTRun, int | Non
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     run, resumed_from = build(args, session)
     # Seeds of step -1 are never trained on: the probe's batches are not the training's.
-    compute_ms = compute_ms_per_step(run.ddp, lambda: run.accumulate_gradients(-1, sync=False), session.device)
+    compute = compute_window(run.ddp, lambda: run.accumulate_gradients(-1, sync=False), session.device)
     reporter.steps_requested = args.max_iters
     peak = hardware.device_peak_flops(session.device)
     tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
@@ -265,7 +265,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "compiled": args.compile,
             "tokens_per_s": tokens_per_iter / sec_per_iter,
             "ms_per_iter": sec_per_iter * 1000,
-            "compute_ms_per_step": compute_ms,
+            **compute,
             "mfu": flops_per_iter / sec_per_iter / peak if peak else None,
             "peak_flops": peak,
             "loss_expected_first": math.log(args.model.vocab_size),

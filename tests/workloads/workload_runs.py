@@ -18,6 +18,7 @@ PROBE_SECONDS = 0.3
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 # Variables a developer's shell or an outer launcher may carry that would change rank discovery.
 LAUNCHER_VARS = (
+    "ACCELERATOR",
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -116,8 +117,13 @@ def assert_reported(run: Run, workload: str, *, training: bool) -> list[dict]:
         assert m["probe_matmul_tflops"] > 0 and m["probe_matmul_dtype"] == "float32", m
         assert PROBE_SECONDS <= m["probe_seconds"] < PROBE_SECONDS + 1.0, m  # time-boxed, plus a warm-up
         assert m["nonfinite"] == [], m
+        # NUM_GPUS_PER_NODE=0, no ACCELERATOR (clean_env): auto, which is CPU here.
+        assert (m["device"], m["backend"], m["device_requested"], m["gpu_name"]) == ("cpu", "gloo", "auto", None), m
+        assert m["gpus_visible"] == 0 and m["local_world_size"] == 2, m
         if training:
-            assert m["compute_ms_per_step"] > 0, m
+            assert m["compute_ms_per_step"] > 0 and m["compute_steps"] >= 3, m
+            assert m["compute_seconds"] >= PROBE_SECONDS, m  # time-boxed like the probe
+            assert abs(m["compute_ms_per_step"] * m["compute_steps"] - m["compute_seconds"] * 1000) < 1e-6 * 1000, m
     steps = run.steps
     assert sorted(steps) == [0, 1], run.explain()
     for m in metrics:
