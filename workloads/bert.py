@@ -225,6 +225,19 @@ class BertTrainer:
         return compute_window(self.ddp, lambda: self.forward_backward(batch), self.device)
 
 
+def upstream_lines(rank: int, training_time: float, throughput: float) -> list[str]:
+    """The upstream test's per-rank lines (its parser reads them; hack/canned_gpu_logs.py prints them too)."""
+    return [
+        f"Process {rank} - Training time: {training_time:.2f} seconds",
+        f"Process {rank} - Throughput: {throughput:.2f} samples/second",
+    ]
+
+
+def average_line(average: float) -> str:
+    """Rank 0's line: the mean over ranks (upstream printed rank 0's own value under this label)."""
+    return f"Average Throughput: {average:.2f} samples/second"
+
+
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     device, rank = session.device, session.env.rank
     trainer = BertTrainer(args.size, session, args.precision, args.batch_size, args.seq_len, args.seed)
@@ -242,11 +255,11 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
     training_time = time.perf_counter() - start
     throughput = (args.steps - args.untimed_steps) * args.batch_size / training_time
 
-    say(f"Process {rank} - Training time: {training_time:.2f} seconds")
-    say(f"Process {rank} - Throughput: {throughput:.2f} samples/second")
+    for line in upstream_lines(rank, training_time, throughput):
+        say(line)
     average = mean_over_ranks(throughput, session)
     if session.is_main:
-        say(f"Average Throughput: {average:.2f} samples/second")
+        say(average_line(average))
     reporter.finish(
         {
             "size": args.size,

@@ -108,6 +108,11 @@ class KT2TEnvironment(ClusterEnvironment):
         return self._env.rank // self._env.local_world_size
 
 
+def epoch_line(epoch: int, loss: float, accuracy: float) -> str:
+    """Rank 0's line after each epoch: mean training loss and validation accuracy over all ranks."""
+    return f"epoch {epoch}: loss {loss:.4f}, accuracy {accuracy:.4f}"
+
+
 class MNISTModule(pl.LightningModule):
     def __init__(
         self, lr: float, gamma: float, reporter: Reporter, probe_batch: tuple[torch.Tensor, torch.Tensor]
@@ -164,10 +169,7 @@ class MNISTModule(pl.LightningModule):
         metrics = self.trainer.callback_metrics
         self.last_accuracy = float(metrics["val_accuracy"])
         if self.trainer.is_global_zero:
-            say(
-                f"epoch {self.current_epoch}: loss {float(metrics['train_loss']):.4f}, "
-                f"accuracy {self.last_accuracy:.4f}"
-            )
+            say(epoch_line(self.current_epoch, float(metrics["train_loss"]), self.last_accuracy))
 
     def configure_optimizers(self) -> dict[str, object]:
         # The example's optimiser and schedule: Adadelta lr 1.0, StepLR(step_size=1, gamma=0.7).

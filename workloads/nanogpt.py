@@ -225,6 +225,12 @@ def build(args: argparse.Namespace, session: Session) -> tuple[GPTRun, int | Non
     return GPTRun(args, session, precision, data, model, ddp, optimizer), resumed_from
 
 
+def iter_line(step: int, loss: float, ms: float, mfu: float | None) -> str:
+    """nanoGPT's progress line (rank 0): `iter N: loss X, time Yms, mfu Z%`, `mfu n/a` without a peak."""
+    mfu_text = "n/a" if mfu is None else f"{mfu * 100:.2f}%"
+    return f"iter {step}: loss {loss:.4f}, time {ms:.2f}ms, mfu {mfu_text}"
+
+
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     run, resumed_from = build(args, session)
     # Seeds of step -1 are never trained on: the probe's batches are not the training's.
@@ -248,8 +254,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             running_mfu = mfu if running_mfu is None else 0.9 * running_mfu + 0.1 * mfu
         shown = running_mfu if running_mfu is not None else mfu
         if session.is_main and step % args.log_interval == 0:
-            mfu_text = "n/a" if shown is None else f"{shown * 100:.2f}%"
-            say(f"iter {step}: loss {lossf:.4f}, time {dt * 1000:.2f}ms, mfu {mfu_text}")
+            say(iter_line(step, lossf, dt * 1000, shown))
         step += 1
         # One writer per node (local rank 0): a copy survives on every node, whichever is lost.
         if args.checkpoint_every and step % args.checkpoint_every == 0 and session.env.local_rank == 0:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from workloads import hardware
 from workloads.distributed import EnvError
 
 # Square matmul sizes: large enough to be compute-bound, small enough that the probe stays short.
@@ -41,12 +42,15 @@ def synchronize(device: torch.device) -> None:
 
 
 def matmul_tflops(device: torch.device, seconds: float = MATMUL_SECONDS) -> dict[str, float | int | str]:
-    """TFLOPS of repeated n x n products on device: bf16 on GPU (tensor cores), fp32 on CPU.
+    """TFLOPS of repeated n x n products on device: bf16 on GPU (tensor cores; fp16 on a GPU without
+    native bf16, a V100, whose tensor cores take fp16 only), fp32 on CPU.
 
     Time-boxed rather than a fixed count, so the probe costs the same on a slow CPU and a fast GPU.
     """
     n = MATMUL_N["cuda" if device.type == "cuda" else "cpu"]
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = torch.float32
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if hardware.bf16_supported(device) else torch.float16
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)

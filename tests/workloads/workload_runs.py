@@ -154,3 +154,17 @@ def assert_harness_parses(run: Run, tmp_path: Path, workload: str) -> dict:
     assert parsed["workload"] == workload
     assert sorted(r["rank"] for r in parsed["ranks"]) == [0, 1]
     return parsed
+
+
+def assert_canned_gpu_logs_have_the_keys_of(metrics: list[dict], workload: str) -> None:
+    """hack/canned_gpu_logs.py writes the records of a real run of this workload: the same keys, plus the
+    GPU-only probe_h2d_gbps (a CPU run measures no host-to-device copy)."""
+    canned = sorted((REPO / "hack" / "canned-logs").glob(f"{workload}-p*-*-*.log"))
+    assert canned, f"no canned GPU logs of {workload}"
+    for path in canned:
+        records = [json.loads(line.removeprefix("KT2T_METRICS ")) for line in path.read_text().splitlines()
+                   if line.startswith("KT2T_METRICS ")]
+        assert records and all(list(r) == list(records[0]) for r in records), path.name
+        real = [*metrics[0]]
+        real.insert(real.index("probe_seconds"), "probe_h2d_gbps")
+        assert list(records[0]) == real, (path.name, list(records[0]), real)
