@@ -20,7 +20,7 @@ from transformers import BertConfig, BertForPreTraining
 from workloads import hardware
 from workloads.distributed import Session, data_parallel, mean_over_ranks
 from workloads.metric_lines import Reporter, params_checksum, say
-from workloads.probe import compute_ms_per_step, synchronize
+from workloads.probe import compute_window, synchronize
 from workloads.program import new_parser, run_main, workload_main
 
 # Special ids at the bottom of every vocabulary; real tokens are PAD_ID+FIRST_TOKEN.. vocab_size-1.
@@ -219,16 +219,29 @@ class BertTrainer:
         self.optimizer.step()
         return loss.item()
 
-    def compute_ms_per_step(self) -> float:
+    def compute_window(self) -> dict[str, float | int]:
         """Forward+backward without the all-reduce, on a batch of its own (training data untouched)."""
         batch = self.batch(torch.Generator().manual_seed(-1))
-        return compute_ms_per_step(self.ddp, lambda: self.forward_backward(batch), self.device)
+        return compute_window(self.ddp, lambda: self.forward_backward(batch), self.device)
+
+
+def upstream_lines(rank: int, training_time: float, throughput: float) -> list[str]:
+    """The upstream test's per-rank lines (its parser reads them; hack/canned_gpu_logs.py prints them too)."""
+    return [
+        f"Process {rank} - Training time: {training_time:.2f} seconds",
+        f"Process {rank} - Throughput: {throughput:.2f} samples/second",
+    ]
+
+
+def average_line(average: float) -> str:
+    """Rank 0's line: the mean over ranks (upstream printed rank 0's own value under this label)."""
+    return f"Average Throughput: {average:.2f} samples/second"
 
 
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     device, rank = session.device, session.env.rank
     trainer = BertTrainer(args.size, session, args.precision, args.batch_size, args.seq_len, args.seed)
-    compute_ms = trainer.compute_ms_per_step()
+    compute = trainer.compute_window()
     reporter.steps_requested = args.steps
     start = time.perf_counter()
     for step in range(args.steps):
@@ -242,11 +255,11 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
     training_time = time.perf_counter() - start
     throughput = (args.steps - args.untimed_steps) * args.batch_size / training_time
 
-    say(f"Process {rank} - Training time: {training_time:.2f} seconds")
-    say(f"Process {rank} - Throughput: {throughput:.2f} samples/second")
+    for line in upstream_lines(rank, training_time, throughput):
+        say(line)
     average = mean_over_ranks(throughput, session)
     if session.is_main:
-        say(f"Average Throughput: {average:.2f} samples/second")
+        say(average_line(average))
     reporter.finish(
         {
             "size": args.size,
@@ -257,7 +270,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "throughput": throughput,
             "throughput_avg": average,
             "training_time": training_time,
-            "compute_ms_per_step": compute_ms,
+            **compute,
             "loss_expected_first": math.log(trainer.model.config.vocab_size) + math.log(2),
             "params_checksum": params_checksum(trainer.model.parameters()),
         }

@@ -50,7 +50,8 @@ def _int_var(env: Mapping[str, str], name: str, *, minimum: int = 0, default: in
     return value
 
 
-def _visible_gpus() -> int:
+def visible_gpus() -> int:
+    """GPUs this process can use (0 without CUDA): the `gpus_visible` of the metric lines."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -62,7 +63,7 @@ def read_env(env: Mapping[str, str] | None = None) -> DistEnv:
     """
     env = os.environ if env is None else env
     gpus_raw = env.get("NUM_GPUS_PER_NODE")
-    gpus_per_node = _int_var(env, "NUM_GPUS_PER_NODE") if gpus_raw not in (None, "") else _visible_gpus()
+    gpus_per_node = _int_var(env, "NUM_GPUS_PER_NODE") if gpus_raw not in (None, "") else visible_gpus()
 
     if "RANK" in env or "WORLD_SIZE" in env or "LOCAL_RANK" in env:
         launcher = "torchrun"
@@ -97,21 +98,108 @@ def read_env(env: Mapping[str, str] | None = None) -> DistEnv:
     return DistEnv(launcher, rank, local_rank, world_size, local_world_size, gpus_per_node, restart_count)
 
 
-def select_device(denv: DistEnv, requested: str = "auto") -> torch.device:
-    """cuda:<local rank> when GPUs are present and wanted, else CPU.
+# ACCELERATOR, as the harness's manifests set it (harness/jobs/launchers): what the pods were given.
+ACCELERATOR_VARIABLE = "ACCELERATOR"
+# ACCELERATOR values -> the --device they mean. nvidia: CUDA required, never a silent CPU run.
+ACCELERATORS = {"nvidia": "cuda", "cpu": "cpu", "auto": "auto"}
 
-    NUM_GPUS_PER_NODE=0 forces CPU, so a CPU-only cluster needs no extra flag.
+
+class AcceleratorError(EnvError):
+    """The accelerator asked for is not usable here; the message names what is missing."""
+
+
+def requested_accelerator(device_flag: str = "auto", env: Mapping[str, str] | None = None) -> str:
+    """The device this process must use: "cuda", "cpu" or "auto", from --device and ACCELERATOR.
+
+    --device auto defers to ACCELERATOR; unset or empty ACCELERATOR is "auto" (a laptop's
+    `python -m workloads.x` sets nothing; the harness always sets it). An explicit --device that
+    contradicts ACCELERATOR is an error: either could be the mistake, and guessing is how a GPU
+    job ends up training on CPU.
     """
-    use_cuda = requested == "cuda" or (requested == "auto" and denv.gpus_per_node > 0 and _visible_gpus() > 0)
-    if not use_cuda:
-        return torch.device("cpu")
-    visible = _visible_gpus()
-    if visible == 0:
-        raise EnvError("--device cuda was asked for but no GPU is visible (check CUDA_VISIBLE_DEVICES)")
+    env = os.environ if env is None else env
+    raw = env.get(ACCELERATOR_VARIABLE) or "auto"
+    if raw not in ACCELERATORS:
+        raise EnvError(f"{ACCELERATOR_VARIABLE}={raw!r} is not one of {', '.join(ACCELERATORS)}")
+    from_env = ACCELERATORS[raw]
+    if device_flag == "auto":
+        return from_env
+    if from_env not in ("auto", device_flag):
+        raise EnvError(f"--device {device_flag} contradicts {ACCELERATOR_VARIABLE}={raw} (device {from_env})")
+    return device_flag
+
+
+def cuda_visible_hint(env: Mapping[str, str] | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES as this process sees them, for messages."""
+    env = os.environ if env is None else env
+    names = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+    return ", ".join(f"{name}={env.get(name, '<unset>')}" for name in names)
+
+
+def gpus_required(denv: DistEnv, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """How many GPUs this node must show, and which variable says so: the processes the launcher
+    put on it (local world size), or NUM_GPUS_PER_NODE when it is set and larger."""
+    env = os.environ if env is None else env
+    name = "LOCAL_WORLD_SIZE" if denv.launcher == "torchrun" else "OMPI_COMM_WORLD_LOCAL_SIZE"
+    required, why = denv.local_world_size, f"{name}={denv.local_world_size} processes on this node"
+    if denv.launcher == "single":
+        why = "1 process"
+    if env.get("NUM_GPUS_PER_NODE") not in (None, "") and denv.gpus_per_node > required:
+        required, why = denv.gpus_per_node, f"NUM_GPUS_PER_NODE={denv.gpus_per_node}"
+    return required, why
+
+
+def require_cuda(denv: DistEnv, env: Mapping[str, str] | None = None) -> torch.device:
+    """cuda:<local rank>, or AcceleratorError naming what is missing: CUDA itself (a CPU-only torch,
+    or no driver/device in the container), GPUs (fewer visible than this node's ranks need), or
+    this rank's own device (its local rank has none, or it fails its first allocation)."""
+    if torch.version.cuda is None:
+        raise AcceleratorError(
+            f"CUDA is required (ACCELERATOR=nvidia or --device cuda) but this torch {torch.__version__} is a "
+            "CPU-only build: the image has no CUDA torch"
+        )
+    if not torch.cuda.is_available():
+        raise AcceleratorError(
+            f"CUDA is required (ACCELERATOR=nvidia or --device cuda) but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda}; {cuda_visible_hint(env)}): no usable NVIDIA "
+            "GPU in this container; probably the NVIDIA driver is missing or too old on the node, no GPU device "
+            "was given to the container (nvidia.com/gpu not allocated: the device plugin or the runtime), or "
+            "the GPU is in a failed state"
+        )
+    visible = torch.cuda.device_count()
+    required, why = gpus_required(denv, env)
+    if visible < required:
+        raise AcceleratorError(
+            f"{why} need {required} GPUs but torch.cuda.device_count() is {visible} ({cuda_visible_hint(env)}): "
+            "fewer GPUs are visible than requested"
+        )
+    name = {"torchrun": "LOCAL_RANK", "openmpi": "OMPI_COMM_WORLD_LOCAL_RANK"}.get(denv.launcher, "local rank")
     if denv.local_rank >= visible:
-        name = "LOCAL_RANK" if denv.launcher == "torchrun" else "OMPI_COMM_WORLD_LOCAL_RANK"
-        raise EnvError(f"{name}={denv.local_rank} but only {visible} GPU(s) are visible on this node")
-    return torch.device("cuda", denv.local_rank)
+        raise AcceleratorError(
+            f"{name}={denv.local_rank} has no GPU: torch.cuda.device_count() is {visible} ({cuda_visible_hint(env)})"
+        )
+    device = torch.device("cuda", denv.local_rank)
+    try:
+        # is_available() only counts devices; the first allocation is where a broken one fails.
+        torch.zeros(1, device=device)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AcceleratorError(f"{name}={denv.local_rank}: GPU {device} is visible but unusable: {first}") from None
+    return device
+
+
+def select_device(denv: DistEnv, requested: str = "auto", env: Mapping[str, str] | None = None) -> torch.device:
+    """The device for `requested` ("cuda", "cpu" or "auto", see requested_accelerator).
+
+    cuda: require_cuda (CUDA or a named error, never CPU). cpu: CPU. auto: cuda:<local rank> when
+    GPUs are visible and NUM_GPUS_PER_NODE is not 0, else CPU; kept for runs outside the harness
+    (a laptop, bench/), which say nothing, and reported as `accelerator: "auto"` so a verdict can
+    tell such a run from one that was asked for a GPU.
+    """
+    if requested == "cuda" or (requested == "auto" and denv.gpus_per_node > 0 and visible_gpus() > 0):
+        return require_cuda(denv, env)
+    if requested not in ("cpu", "auto"):
+        raise EnvError(f"device {requested!r} is not one of cuda, cpu, auto")
+    return torch.device("cpu")
 
 
 def backend_for(device: torch.device) -> str:
@@ -126,6 +214,7 @@ class Session:
     env: DistEnv
     device: torch.device
     backend: str
+    accelerator: str = "auto"  # what was asked for: "cuda", "cpu" or "auto" (requested_accelerator)
 
     @property
     def is_main(self) -> bool:
@@ -134,9 +223,15 @@ class Session:
 
 @contextmanager
 def distributed_session(requested_device: str = "auto") -> Iterator[Session]:
-    """Initialise the process group (NCCL on GPU, gloo on CPU) and always tear it down."""
+    """Initialise the process group (NCCL on GPU, gloo on CPU) and always tear it down.
+
+    requested_device is --device; ACCELERATOR refines it (requested_accelerator). The device is
+    checked before the process group exists, so a rank without its GPU fails at once, alone,
+    with a message rather than after a rendezvous timeout.
+    """
     denv = read_env()
-    device = select_device(denv, requested_device)
+    accelerator = requested_accelerator(requested_device)
+    device = select_device(denv, accelerator)
     backend = backend_for(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -154,7 +249,7 @@ def distributed_session(requested_device: str = "auto") -> Iterator[Session]:
             device_id=device if device.type == "cuda" else None,
         )
     try:
-        yield Session(denv, device, backend)
+        yield Session(denv, device, backend, accelerator)
     finally:
         dist.destroy_process_group()
 

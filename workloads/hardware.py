@@ -45,8 +45,10 @@ def cpu_supports_bf16() -> bool:
 
 
 def bf16_supported(device: torch.device) -> bool:
+    """Native bf16 math on the device. Not emulation: torch.cuda.is_bf16_supported() says True on a
+    V100 (p3), which has no bf16 tensor cores, and bf16 autocast there runs far below fp32's speed."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.is_bf16_supported(including_emulation=False)
     return cpu_supports_bf16()
 
 

@@ -20,6 +20,13 @@ and its key is listed in `"nonfinite"`, so a diverged loss is visible rather tha
 `KT2T_METRICS {...}`, once per rank when the run completed:
 - identity: `workload`, `rank`, `world_size`, `local_rank`, `node` (NODE_NAME, else the host
   name), `pod` (POD_NAME; null when unset), `device`, `backend`, `launcher`, `restart_count`.
+- accelerator (workloads/distributed.py): `device` is `cuda:<local rank>` or `cpu`;
+  `device_requested` what this process was asked for (`cuda` for ACCELERATOR=nvidia or --device
+  cuda, `cpu`, or `auto` when neither said); `gpus_visible` torch.cuda.device_count() (0 without
+  CUDA); `gpus_per_node` NUM_GPUS_PER_NODE (what this node shows when unset); `local_world_size`
+  the processes the launcher put on this node; `gpu_name` torch.cuda.get_device_name() of the
+  rank's GPU, null on CPU. With `device_requested` `cuda` a rank that has no usable GPU prints no
+  record at all: it exits 2 before training, naming what is missing.
 - progress: `steps_requested` (the steps the job was asked for) and `steps_completed` (the last
   step's number + 1, so a resumed run that reached the end reports all of them).
 - loss (training workloads): `loss_first`, `loss_last` (this process's first and last step; after a
@@ -28,8 +35,11 @@ and its key is listed in `"nonfinite"`, so a diverged loss is visible rather tha
   `samples_per_s`, allreduce `busbw_avg` and `busbw_max` (GB/s).
 - compute probe, measured before training with no collective in the timed region (workloads/probe.py):
   `probe_matmul_tflops`, `probe_matmul_n`, `probe_matmul_dtype`, `probe_seconds`, and on GPUs
-  `probe_h2d_gbps`; training workloads add `compute_ms_per_step` (forward+backward under DDP's
-  no_sync(), no all-reduce), to set beside the step time that includes communication.
+  `probe_h2d_gbps`; training workloads add the compute window (workloads/probe.py
+  compute_window): `compute_ms_per_step`, the mean milliseconds of one step's forward+backward
+  under DDP's no_sync() (no all-reduce), over `compute_steps` steps timed back to back for
+  `compute_seconds` seconds (at least the probe's length, KT2T_PROBE_SECONDS, and 3 steps), to set
+  beside the step time that includes communication.
 - `params_checksum` (training workloads): equal on every rank when DDP kept the replicas in sync.
 - `nonfinite`: the keys written as null because their value was NaN or infinite (`[]` when none).
 - workload-specific keys besides (e.g. nanogpt `iterations`, `final_step`, `mfu`; bert `steps`).
@@ -45,7 +55,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from workloads.distributed import Session, node_name, pod_name
+from workloads.distributed import Session, node_name, pod_name, visible_gpus
 
 METRICS_PREFIX = "KT2T_METRICS "
 STEP_PREFIX = "KT2T_STEP "
@@ -91,6 +101,18 @@ def encode(prefix: str, record: Mapping[str, object], *, always_list_nonfinite: 
     if nonfinite or always_list_nonfinite:
         clean["nonfinite"] = nonfinite
     return prefix + json.dumps(clean, separators=(",", ":"), allow_nan=False)
+
+
+def accelerator_fields(session: Session) -> dict[str, object]:
+    """What the rank was asked for and what it found: the verdict judges a GPU run on these."""
+    device = session.device
+    return {
+        "device_requested": session.accelerator,
+        "gpus_visible": visible_gpus(),
+        "gpus_per_node": session.env.gpus_per_node,
+        "local_world_size": session.env.local_world_size,
+        "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
 
 
 class Reporter:
@@ -145,6 +167,7 @@ class Reporter:
             "pod": pod_name(),
             "device": str(self.session.device),
             "backend": self.session.backend,
+            **accelerator_fields(self.session),
             "launcher": env.launcher,
             "restart_count": env.restart_count,
             "steps_requested": self.steps_requested,

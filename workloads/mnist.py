@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from workloads.distributed import DistEnv, Session
 from workloads.metric_lines import Reporter, params_checksum, say
-from workloads.probe import compute_ms_per_step
+from workloads.probe import COMPUTE_KEYS, compute_window
 from workloads.program import new_parser, run_main, workload_main
 
 NUM_CLASSES = 10
@@ -108,6 +108,11 @@ class KT2TEnvironment(ClusterEnvironment):
         return self._env.rank // self._env.local_world_size
 
 
+def epoch_line(epoch: int, loss: float, accuracy: float) -> str:
+    """Rank 0's line after each epoch: mean training loss and validation accuracy over all ranks."""
+    return f"epoch {epoch}: loss {loss:.4f}, accuracy {accuracy:.4f}"
+
+
 class MNISTModule(pl.LightningModule):
     def __init__(
         self, lr: float, gamma: float, reporter: Reporter, probe_batch: tuple[torch.Tensor, torch.Tensor]
@@ -118,7 +123,7 @@ class MNISTModule(pl.LightningModule):
         self.gamma = gamma
         self.reporter = reporter
         self.probe_batch = probe_batch
-        self.compute_ms_per_step = float("nan")
+        self.compute: dict[str, float | int] = dict.fromkeys(COMPUTE_KEYS, float("nan"))
         self.steps_done = 0
         self.train_seconds = 0.0
         self.train_samples = 0
@@ -145,7 +150,7 @@ class MNISTModule(pl.LightningModule):
         # The net's own forward+backward under the DDP wrapper's no_sync(): compute, no all-reduce.
         images, labels = (t.to(self.device) for t in self.probe_batch)
         self.reporter.steps_requested = int(self.trainer.estimated_stepping_batches)
-        self.compute_ms_per_step = compute_ms_per_step(
+        self.compute = compute_window(
             self.trainer.strategy.model, lambda: F.nll_loss(self.net(images), labels).backward(), self.device
         )
 
@@ -164,10 +169,7 @@ class MNISTModule(pl.LightningModule):
         metrics = self.trainer.callback_metrics
         self.last_accuracy = float(metrics["val_accuracy"])
         if self.trainer.is_global_zero:
-            say(
-                f"epoch {self.current_epoch}: loss {float(metrics['train_loss']):.4f}, "
-                f"accuracy {self.last_accuracy:.4f}"
-            )
+            say(epoch_line(self.current_epoch, float(metrics["train_loss"]), self.last_accuracy))
 
     def configure_optimizers(self) -> dict[str, object]:
         # The example's optimiser and schedule: Adadelta lr 1.0, StepLR(step_size=1, gamma=0.7).
@@ -239,7 +241,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "loss_expected_first": math.log(NUM_CLASSES),
             "accuracy": module.last_accuracy,
             "samples_per_s": module.train_samples / module.train_seconds,
-            "compute_ms_per_step": module.compute_ms_per_step,
+            **module.compute,
             "params_checksum": params_checksum(module.parameters()),
         }
     )

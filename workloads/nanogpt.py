@@ -24,7 +24,7 @@ from workloads import checkpoint, hardware
 from workloads.distributed import Session, data_parallel
 from workloads.gpt import GPT, GPTConfig
 from workloads.metric_lines import Reporter, params_checksum, say
-from workloads.probe import compute_ms_per_step
+from workloads.probe import compute_window
 from workloads.program import new_parser, run_main, workload_main
 
 # tiny-shakespeare's 65 symbols: a fixed vocabulary, so the first loss is ln(65) = 4.17 whatever
@@ -225,10 +225,16 @@ def build(args: argparse.Namespace, session: Session) -> tuple[GPTRun, int | Non
     return GPTRun(args, session, precision, data, model, ddp, optimizer), resumed_from
 
 
+def iter_line(step: int, loss: float, ms: float, mfu: float | None) -> str:
+    """nanoGPT's progress line (rank 0): `iter N: loss X, time Yms, mfu Z%`, `mfu n/a` without a peak."""
+    mfu_text = "n/a" if mfu is None else f"{mfu * 100:.2f}%"
+    return f"iter {step}: loss {loss:.4f}, time {ms:.2f}ms, mfu {mfu_text}"
+
+
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     run, resumed_from = build(args, session)
     # Seeds of step -1 are never trained on: the probe's batches are not the training's.
-    compute_ms = compute_ms_per_step(run.ddp, lambda: run.accumulate_gradients(-1, sync=False), session.device)
+    compute = compute_window(run.ddp, lambda: run.accumulate_gradients(-1, sync=False), session.device)
     reporter.steps_requested = args.max_iters
     peak = hardware.device_peak_flops(session.device)
     tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
@@ -248,8 +254,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             running_mfu = mfu if running_mfu is None else 0.9 * running_mfu + 0.1 * mfu
         shown = running_mfu if running_mfu is not None else mfu
         if session.is_main and step % args.log_interval == 0:
-            mfu_text = "n/a" if shown is None else f"{shown * 100:.2f}%"
-            say(f"iter {step}: loss {lossf:.4f}, time {dt * 1000:.2f}ms, mfu {mfu_text}")
+            say(iter_line(step, lossf, dt * 1000, shown))
         step += 1
         # One writer per node (local rank 0): a copy survives on every node, whichever is lost.
         if args.checkpoint_every and step % args.checkpoint_every == 0 and session.env.local_rank == 0:
@@ -265,7 +270,7 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "compiled": args.compile,
             "tokens_per_s": tokens_per_iter / sec_per_iter,
             "ms_per_iter": sec_per_iter * 1000,
-            "compute_ms_per_step": compute_ms,
+            **compute,
             "mfu": flops_per_iter / sec_per_iter / peak if peak else None,
             "peak_flops": peak,
             "loss_expected_first": math.log(args.model.vocab_size),

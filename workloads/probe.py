@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from workloads import hardware
 from workloads.distributed import EnvError
 
 # Square matmul sizes: large enough to be compute-bound, small enough that the probe stays short.
@@ -42,12 +42,15 @@ def synchronize(device: torch.device) -> None:
 
 
 def matmul_tflops(device: torch.device, seconds: float = MATMUL_SECONDS) -> dict[str, float | int | str]:
-    """TFLOPS of repeated n x n products on device: bf16 on GPU (tensor cores), fp32 on CPU.
+    """TFLOPS of repeated n x n products on device: bf16 on GPU (tensor cores; fp16 on a GPU without
+    native bf16, a V100, whose tensor cores take fp16 only), fp32 on CPU.
 
     Time-boxed rather than a fixed count, so the probe costs the same on a slow CPU and a fast GPU.
     """
     n = MATMUL_N["cuda" if device.type == "cuda" else "cpu"]
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = torch.float32
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if hardware.bf16_supported(device) else torch.float16
     generator = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
@@ -121,25 +124,41 @@ def _no_sync(module: torch.nn.Module) -> Iterator[None]:
         yield
 
 
-def compute_ms_per_step(
+COMPUTE_MIN_STEPS = 3  # timed steps at the least, however long each is (a CPU GPT-2 step is seconds)
+COMPUTE_KEYS = ("compute_ms_per_step", "compute_steps", "compute_seconds")
+
+
+def compute_window(
     module: torch.nn.Module,
     forward_backward: Callable[[], object],
     device: torch.device,
-    steps: int = 3,
+    seconds: float | None = None,
+    min_steps: int = COMPUTE_MIN_STEPS,
     warmup: int = 1,
-) -> float:
-    """Median milliseconds of forward+backward with DDP's gradient all-reduce switched off.
+) -> dict[str, float | int]:
+    """This rank's compute speed: forward+backward steps with DDP's gradient all-reduce switched
+    off, back to back for `seconds` (KT2T_PROBE_SECONDS, default 2 s) and at least `min_steps`.
 
-    Under `no_sync()` backward runs no collective, so this is the rank's own compute for a step;
-    the gradients it leaves are dropped, so training is not changed (no optimizer step runs).
+    Under `no_sync()` backward runs no collective, so this is the rank's own compute; the
+    gradients it leaves are dropped, so training is not changed (no optimizer step runs).
+    Time-boxed like the matmul probe rather than a few steps, so the window spans many scheduling
+    periods (a time-shared CPU) and many steps however short a GPU step is: the harness can then
+    compare ranks at any step time. Each step ends with a device synchronisation, so the time is
+    what the GPU really ran. `compute_ms_per_step` is the mean (total / steps), not the median:
+    a node slowed in bursts (throttling, the local cluster's slow node) slows the mean only.
     """
-    times: list[float] = []
+    budget = probe_seconds() if seconds is None else seconds
+    steps = 0
+    elapsed = 0.0
     with _no_sync(module):
-        for _ in range(warmup + steps):
-            synchronize(device)
-            start = time.perf_counter()
+        for _ in range(warmup):
+            forward_backward()
+        synchronize(device)
+        start = time.perf_counter()
+        while steps < min_steps or elapsed < budget:
             forward_backward()
             synchronize(device)
-            times.append(time.perf_counter() - start)
+            steps += 1
+            elapsed = time.perf_counter() - start
     module.zero_grad(set_to_none=True)
-    return statistics.median(times[warmup:]) * 1000
+    return {"compute_ms_per_step": elapsed / steps * 1000, "compute_steps": steps, "compute_seconds": elapsed}

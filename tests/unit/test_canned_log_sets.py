@@ -3,14 +3,19 @@ container, and the nvidia-suite set holds what each test of the nvidia suite par
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
 from local_cluster.canned_pods import CannedPods
 
-from harness.metrics.records import combine, scan_lines
+from harness.metrics.records import combine, scan_file, scan_lines
+from harness.verdict.rejudge import run as verdict_main
 from testbins import e2e_nvidia
 
 CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"
@@ -55,3 +60,77 @@ def test_the_unit_test_hpl_and_mnist_lines_match_what_the_tests_read():
     assert any(e2e_nvidia.HPL_CHECK.search(line)["verdict"] == "PASSED" for line in hpl if "Ax-b" in line)
     assert any(e2e_nvidia.MNIST_TEST_LINE.search(line) for line in lines_of("pytorch-training-single-node", "probe"))
     assert e2e_nvidia.CONTAINERD_PASSED in lines_of("containerd-check", "check")
+
+
+# ---- canned GPU training logs (hack/canned_gpu_logs.py): every workload, per shape, healthy and straggler ----
+
+TRAINING = {"bert": "TestBertTraining", "nanogpt": "TestNanoGPTTraining", "mnist": "TestMNISTTraining"}
+SHAPES = {"p5": ("p5.48xlarge", "NVIDIA H100 80GB HBM3"), "p3": ("p3.16xlarge", "Tesla V100-SXM2-16GB")}
+GPU_LOG_RANKS = 16  # 2 pods (nodes) of 8 ranks
+
+
+def gpu_logs(workload: str, shape: str, variant: str) -> list[Path]:
+    """The pods' logs, as the node agent serves `<workload>-<shape>-<variant>-{index}` to pods 0 and 1."""
+    pods = CannedPods(api=None, files=None, canned_logs_dir=CANNED, default_canned_log="bert-mpirun-32ranks")  # type: ignore[arg-type]
+    paths = []
+    for index in ("0", "1"):
+        annotations = {"kubetest2-training.local/canned-log": f"{workload}-{shape}-{variant}-{{index}}",
+                       "batch.kubernetes.io/job-completion-index": index}
+        pod = {"metadata": {"name": f"{workload}-training-{index}", "annotations": annotations}}
+        lines = pods.lines(pod, "worker")
+        path = CANNED / f"{workload}-{shape}-{variant}-{index}.log"
+        assert lines == path.read_text().splitlines(), f"{path.name}: not what the node agent serves pod {index}"
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("variant", ["healthy", "straggler"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("workload", sorted(TRAINING))
+def test_canned_gpu_logs_parse_with_every_rank_on_cuda(workload, shape, variant):
+    paths = gpu_logs(workload, shape, variant)
+    for path in paths:
+        assert path.read_text().startswith("# CANNED OUTPUT for the local cluster"), path.name
+    metrics = combine([scan_file(p) for p in paths])
+    assert (metrics.workload, metrics.problem_count) == (workload, 0)
+    assert sorted(r.rank for r in metrics.ranks) == list(range(GPU_LOG_RANKS))
+    gpu_name = SHAPES[shape][1]
+    for rank in metrics.ranks:
+        v = rank.values
+        assert (v["device"], v["backend"], v["device_requested"]) == (f"cuda:{rank.rank % 8}", "nccl", "cuda")
+        assert (v["gpus_visible"], v["gpus_per_node"], v["local_world_size"], v["gpu_name"]) == (8, 8, 8, gpu_name)
+        assert v["compute_steps"] >= 3 and v["compute_seconds"] >= 2.0 and v["compute_ms_per_step"] > 0
+        assert rank.node == f"kwok-{shape}-{rank.rank // 8}"
+
+
+def test_the_metrics_command_reads_every_rank_of_a_canned_gpu_log():
+    proc = subprocess.run([sys.executable, "-m", "harness.metrics", *map(str, gpu_logs("nanogpt", "p5", "healthy"))],
+                          capture_output=True, text=True, check=False, cwd=CANNED.parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert [r["rank"] for r in json.loads(proc.stdout)["ranks"]] == list(range(GPU_LOG_RANKS))
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("workload", sorted(TRAINING))
+def test_healthy_canned_gpu_runs_pass_and_stragglers_name_the_slow_node(workload, shape, capsys):
+    node_type, _ = SHAPES[shape]
+    args = ["--test", TRAINING[workload], "--world-size", str(GPU_LOG_RANKS), "--node-type", node_type]
+    assert verdict_main([*args, *map(str, gpu_logs(workload, shape, "healthy"))]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert verdict_main([*args, *map(str, gpu_logs(workload, shape, "straggler"))]) == 1
+    out = capsys.readouterr().out
+    named = [line for line in out.splitlines() if line.startswith("FAIL ") and " straggler." in line]
+    assert named and all(f"node kwok-{shape}-1 (ranks 8-15, pod {workload}-training-1)" in x for x in named), out
+    failed = [line.split()[1] for line in out.splitlines() if line.startswith("FAIL ")]
+    stragglers = [line for line in failed if line.startswith("straggler.")]
+    # The slow node is named by its probe (and compute time, where the verdict compares it); DDP drags
+    # every rank's throughput down with it, below the p3 BERT floor there, which is a failure too.
+    assert stragglers and set(failed) - set(stragglers) <= {"throughput_minimum:"}, failed
+
+
+def test_the_canned_gpu_logs_are_what_the_generator_writes():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(CANNED.parent))
+    from canned_gpu_logs import main as generate
+
+    assert generate(["--check"]) == 0, "hack/canned-logs differ from hack/canned_gpu_logs.py: rerun it"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -104,9 +105,42 @@ def test_probe_length_is_a_setting_with_a_named_error():
             probe.probe_seconds({"KT2T_PROBE_SECONDS": bad})
 
 
-def test_compute_time_leaves_no_gradient_behind():
+def test_compute_window_leaves_no_gradient_behind():
     model = torch.nn.Linear(64, 64)
     batch = torch.randn(32, 64)
-    ms = probe.compute_ms_per_step(model, lambda: model(batch).sum().backward(), torch.device("cpu"))
-    assert ms > 0
+    record = probe.compute_window(model, lambda: model(batch).sum().backward(), torch.device("cpu"), seconds=0.05)
+    assert set(record) == set(probe.COMPUTE_KEYS)
+    assert record["compute_ms_per_step"] > 0
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_compute_window_is_time_boxed_and_at_least_three_steps():
+    slow = probe.compute_window(torch.nn.Linear(1, 1), lambda: time.sleep(0.05), torch.device("cpu"), seconds=0.01)
+    assert slow["compute_steps"] == probe.COMPUTE_MIN_STEPS  # 3 steps although the box is 10 ms
+    fast = probe.compute_window(torch.nn.Linear(1, 1), lambda: time.sleep(0.001), torch.device("cpu"), seconds=0.3)
+    assert fast["compute_seconds"] >= 0.3 and fast["compute_steps"] > 30  # many steps at 1 ms a step
+    assert math.isclose(fast["compute_ms_per_step"] * fast["compute_steps"], fast["compute_seconds"] * 1000)
+
+
+def test_compute_window_mean_shows_a_rank_slowed_in_bursts():
+    """A rank stalled 40 ms every 10th step of 1 ms (throttling, the local cluster's slow node): its
+    median step looks healthy, its mean is about 5x a healthy rank's; the mean is what is reported."""
+    calls = iter(range(10**6))
+    bursty = probe.compute_window(
+        torch.nn.Linear(1, 1), lambda: time.sleep(0.041 if next(calls) % 10 == 9 else 0.001), torch.device("cpu"),
+        seconds=0.4, warmup=0,
+    )
+    steady = probe.compute_window(torch.nn.Linear(1, 1), lambda: time.sleep(0.001), torch.device("cpu"), seconds=0.2)
+    assert bursty["compute_ms_per_step"] > 3 * steady["compute_ms_per_step"], (bursty, steady)
+
+
+def test_metrics_record_the_device_asked_for_and_the_gpus_seen(capfd, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    reporter = metric_lines.Reporter("bert", Session(DistEnv("torchrun", 1, 1, 2, 2, 1, 0), torch.device("cpu"), "gloo",
+                                               "cpu"), {})
+    reporter.finish({})
+    [record] = lines(capfd.readouterr().out, metric_lines.METRICS_PREFIX)
+    assert {k: record[k] for k in ("device", "backend", "device_requested", "gpus_visible", "gpus_per_node",
+                                   "local_world_size", "gpu_name")} == {
+        "device": "cpu", "backend": "gloo", "device_requested": "cpu", "gpus_visible": 0, "gpus_per_node": 1,
+        "local_world_size": 2, "gpu_name": None}

@@ -6,7 +6,7 @@ import math
 import re
 
 import pytest
-from workload_runs import assert_harness_parses, assert_trained
+from workload_runs import assert_canned_gpu_logs_have_the_keys_of, assert_harness_parses, assert_trained
 
 pytest.importorskip("torch")
 
@@ -30,6 +30,7 @@ def test_bert_tiny_trains(torchrun, tmp_path):
     assert float(average.split()[2]) == pytest.approx(mean, abs=0.01)
     assert all(m["throughput"] > 0 and m["training_time"] > 0 for m in metrics)
     assert_harness_parses(run, tmp_path, "bert")
+    assert_canned_gpu_logs_have_the_keys_of(metrics, "bert")
 
 
 @pytest.mark.timeout(240)
@@ -47,6 +48,7 @@ def test_nanogpt_tiny_trains(torchrun, tmp_path):
         assert m["tokens_per_s"] > 0 and m["ms_per_iter"] > 0
     assert "-100.00%" not in run.stdout
     assert_harness_parses(run, tmp_path, "nanogpt")
+    assert_canned_gpu_logs_have_the_keys_of(metrics, "nanogpt")
 
 
 @pytest.mark.timeout(240)
@@ -60,3 +62,4 @@ def test_mnist_lightning_tiny_trains(torchrun, tmp_path):
         assert m["accuracy"] > 0.5  # ten classes: chance is 0.1
         assert m["samples_per_s"] > 0
     assert_harness_parses(run, tmp_path, "mnist")
+    assert_canned_gpu_logs_have_the_keys_of(metrics, "mnist")

@@ -18,6 +18,7 @@ PROBE_SECONDS = 0.3
 TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 # Variables a developer's shell or an outer launcher may carry that would change rank discovery.
 LAUNCHER_VARS = (
+    "ACCELERATOR",
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -116,8 +117,13 @@ def assert_reported(run: Run, workload: str, *, training: bool) -> list[dict]:
         assert m["probe_matmul_tflops"] > 0 and m["probe_matmul_dtype"] == "float32", m
         assert PROBE_SECONDS <= m["probe_seconds"] < PROBE_SECONDS + 1.0, m  # time-boxed, plus a warm-up
         assert m["nonfinite"] == [], m
+        # NUM_GPUS_PER_NODE=0, no ACCELERATOR (clean_env): auto, which is CPU here.
+        assert (m["device"], m["backend"], m["device_requested"], m["gpu_name"]) == ("cpu", "gloo", "auto", None), m
+        assert m["gpus_visible"] == 0 and m["local_world_size"] == 2, m
         if training:
-            assert m["compute_ms_per_step"] > 0, m
+            assert m["compute_ms_per_step"] > 0 and m["compute_steps"] >= 3, m
+            assert m["compute_seconds"] >= PROBE_SECONDS, m  # time-boxed like the probe
+            assert abs(m["compute_ms_per_step"] * m["compute_steps"] - m["compute_seconds"] * 1000) < 1e-6 * 1000, m
     steps = run.steps
     assert sorted(steps) == [0, 1], run.explain()
     for m in metrics:
@@ -148,3 +154,17 @@ def assert_harness_parses(run: Run, tmp_path: Path, workload: str) -> dict:
     assert parsed["workload"] == workload
     assert sorted(r["rank"] for r in parsed["ranks"]) == [0, 1]
     return parsed
+
+
+def assert_canned_gpu_logs_have_the_keys_of(metrics: list[dict], workload: str) -> None:
+    """hack/canned_gpu_logs.py writes the records of a real run of this workload: the same keys, plus the
+    GPU-only probe_h2d_gbps (a CPU run measures no host-to-device copy)."""
+    canned = sorted((REPO / "hack" / "canned-logs").glob(f"{workload}-p*-*-*.log"))
+    assert canned, f"no canned GPU logs of {workload}"
+    for path in canned:
+        records = [json.loads(line.removeprefix("KT2T_METRICS ")) for line in path.read_text().splitlines()
+                   if line.startswith("KT2T_METRICS ")]
+        assert records and all(list(r) == list(records[0]) for r in records), path.name
+        real = [*metrics[0]]
+        real.insert(real.index("probe_seconds"), "probe_h2d_gbps")
+        assert list(records[0]) == real, (path.name, list(records[0]), real)
