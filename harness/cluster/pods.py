@@ -32,12 +32,15 @@ def mpi_role(pod: Obj) -> str | None:
 
 
 def execution_of(pod: Obj) -> str:
-    """`canned` when the local cluster served the pod's log or failure instead of running it (the pod's
-    `canned-log[-<container>]` or `fail` annotation), else `real` (its node agent ran it, annotated
-    `executed-by`, or a real kubelet did)."""
+    """How the pod ran: `real` when the local cluster's node agent ran its command as a host process (the
+    `executed-by` annotation it sets), `canned` when the local cluster served the pod's log or failure
+    instead of running it (the `canned-log[-<container>]` or `fail` annotation), else `container`: a real
+    kubelet ran the pod's images (the local cluster's real nodes, and every node of a real cluster)."""
     annotations = pod.get("metadata", {}).get("annotations") or {}
+    if EXECUTED_ANNOTATION in annotations:
+        return "real"
     canned = any(key.startswith(CANNED_LOG_ANNOTATION) or key == FAIL_ANNOTATION for key in annotations)
-    return "canned" if canned and EXECUTED_ANNOTATION not in annotations else "real"
+    return "canned" if canned else "container"
 
 
 def node_of(pod: Obj) -> str:

@@ -28,7 +28,7 @@ from harness.verdict.checks import Verdict
 
 SCHEMA = 1
 MAX_STEPS_PER_RANK = 1000  # [step, loss] pairs kept per rank (evenly thinned, first and last kept)
-CANNED, REAL, MIXED, NONE = "canned", "real", "mixed", "none"
+CANNED, REAL, CONTAINER, MIXED, NONE = "canned", "real", "container", "mixed", "none"
 
 
 def utc_now() -> datetime:
@@ -40,7 +40,8 @@ def rfc3339(moment: datetime) -> str:
 
 
 def combined_execution(executions: Iterable[str]) -> str:
-    """canned, real, mixed (both), or none (no pods)."""
+    """canned, real (host processes), container (a real kubelet), mixed (more than one of those), or none
+    (no pods)."""
     kinds = set(executions) - {NONE}
     if kinds == {MIXED} or len(kinds) > 1:
         return MIXED

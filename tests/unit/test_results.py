@@ -188,3 +188,22 @@ def test_a_verdict_raises_only_after_it_is_recorded(tmp_path, monkeypatch):
         assert t.junit_case.properties["check.x"] == "fail: boom"
 
     assert run_suite(tmp_path, monkeypatch, records_then_fails) == EXIT_PASS
+
+
+def test_a_pod_a_real_kubelet_ran_is_a_container_run_and_only_the_node_agents_are_host_processes():
+    """execution: `real` is the local cluster's node agent (host process), `container` a real kubelet
+    (the local cluster's real nodes, any real cluster), `canned` a served log."""
+    from harness.cluster.pods import execution_of
+    from harness.report.results import combined_execution
+
+    kubelet_pod = {"metadata": {"name": "w", "annotations": {"other.example/x": "y"}}, "spec": {"nodeName": "n"}}
+    assert execution_of(kubelet_pod) == "container"
+    assert execution_of({"metadata": {"name": "w"}}) == "container"
+    assert execution_of(pod("w", "n", canned=False)) == "real"
+    assert execution_of(pod("w", "n", canned=True)) == "canned"
+    # A canned-log annotation the node agent ran anyway (a container without one) is still a real run.
+    both = {"metadata": {"annotations": {"kubetest2-training.local/canned-log-sidecar": "x",
+                                         "kubetest2-training.local/executed-by": "node-agent"}}}
+    assert execution_of(both) == "real"
+    assert combined_execution(["container", "container"]) == "container"
+    assert combined_execution(["container", "real"]) == "mixed"
