@@ -16,7 +16,6 @@ import json
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
@@ -94,13 +93,11 @@ def build_one(image: Built) -> None:
     started = time.monotonic()
     for other in image_spec.needs:
         in_store(cached(other))
-    if image_spec.dockerfile is None:
-        build_pause(image.reference)
-    else:
-        with build_args(image.name) as args:
-            run("buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers",
-                "-f", str(REPO / image_spec.dockerfile), "-t", image.reference,
-                *(f"--build-arg={key}={value}" for key, value in args.items()), str(REPO))
+    # Docker's image format: OCI's has no SHELL, and buildah would run every RUN with /bin/sh.
+    with build_args(image.name) as args:
+        run("buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "--format", "docker",
+            "-f", str(REPO / image_spec.dockerfile), "-t", image.reference,
+            *(f"--build-arg={key}={value}" for key, value in args.items()), str(REPO))
     build_s = time.monotonic() - started
     export(image)
     record = {"reference": image.reference, "image_id": image_id(image.reference), "build_s": round(build_s, 1),
@@ -139,19 +136,6 @@ def unpacked_bytes(ref: str) -> int:
     return int(sum(entry.get("size", 0) for entry in json.loads(out or "[]")))
 
 
-def build_pause(ref: str) -> None:
-    """The sandbox image: one static binary, nothing else (no shell, no libc to patch)."""
-    with tempfile.TemporaryDirectory(prefix="kt2t-pause-") as tmp:
-        binary = Path(tmp) / "pause"
-        run("gcc", "-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
-            str(REPO / "images/pause/pause.c"))
-        container = run("buildah", "from", "scratch", capture=True).strip()
-        run("buildah", "copy", "--chmod", "0755", container, str(binary), "/pause")
-        # Kubernetes' pause image runs as 65535 (nobody) too.
-        run("buildah", "config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
-        run("buildah", "commit", "--rm", "--timestamp", bases.SOURCE_DATE_EPOCH, container, ref)
-
-
 # ---- build arguments ----------------------------------------------------------------------------
 
 def dockerfile_default(dockerfile: Path, argument: str) -> str:
@@ -169,7 +153,7 @@ def build_args(name: str) -> Iterator[dict[str, str]]:
     if name != "nccl-tests":
         yield {}
         return
-    dockerfile = REPO / spec(name).dockerfile  # type: ignore[operator]
+    dockerfile = REPO / spec(name).dockerfile
     archive = nccl_tests_source(dockerfile_default(dockerfile, "NCCL_TESTS_VERSION"))
     with serve(archive) as url:
         yield {"WORKLOADS_IMAGE": reference("workloads"), "NCCL_TESTS_URL": url}

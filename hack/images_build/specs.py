@@ -31,9 +31,8 @@ class ImageSpec:
     """One image: how it is built and from what."""
 
     name: str
-    # A Dockerfile, relative to the repository (the build context is the repository root); None
-    # for an image assembled by hack/images itself (the pause image).
-    dockerfile: str | None
+    # Its Dockerfile, relative to the repository (the build context is the repository root).
+    dockerfile: str
     # Files and folders the image is made of, relative to the repository, beside the Dockerfile.
     inputs: tuple[str, ...]
     # Stand-in bases (bases.py) the build needs in buildah's store.
@@ -43,7 +42,7 @@ class ImageSpec:
 
 
 SPECS: dict[str, ImageSpec] = {spec.name: spec for spec in (
-    ImageSpec("pause", None, ("images/pause/pause.c",)),
+    ImageSpec("pause", "images/pause/Dockerfile", ("images/pause/pause.c",), bases=("debian:bookworm-slim",)),
     ImageSpec("workloads", "workloads/Dockerfile", ("workloads",), bases=("debian:bookworm-slim",)),
     ImageSpec("nccl-tests", "images/nccl-tests/Dockerfile", (), needs=("workloads",)),
     # What Dockerfile.kubetest2's COPY steps read.
@@ -94,9 +93,7 @@ def input_hash(name: str, base_recipes: dict[str, str], repo: Path = REPO) -> st
         digest.update(data)
 
     add("tag", f"{name}:{version(repo / 'pyproject.toml')}".encode())
-    files = list(input_files(image.inputs, repo))
-    if image.dockerfile is not None:
-        files.insert(0, repo / image.dockerfile)
+    files = [repo / image.dockerfile, *input_files(image.inputs, repo)]
     for path in files:
         # The executable bit travels into the image (COPY keeps modes); other mode bits do not matter.
         executable = "x" if os.access(path, os.X_OK) else "-"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 # The commands `hack/images build` needs, and the Debian package of each (hack/system-packages.sh
 # installs them).
-REQUIRED = {"buildah": "buildah", "mmdebstrap": "mmdebstrap", "gcc": "gcc", "go": "(Go, see README.md)"}
+REQUIRED = {"buildah": "buildah", "mmdebstrap": "mmdebstrap", "go": "(Go, see README.md)"}
 
 
 def log(message: str) -> None:

@@ -1,6 +1,6 @@
 /* The pod sandbox's process (containerd's sandbox_image), as Kubernetes' pause: it holds the pod's
  * namespaces, reaps the zombies it inherits as PID 1, and exits 0 on SIGINT or SIGTERM.
- * Built static (gcc -static) into an image of this one file: hack/images_build/bases.py. */
+ * Built static (gcc -static) into an image of this one file: images/pause/Dockerfile. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
