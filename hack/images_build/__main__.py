@@ -7,6 +7,7 @@ import json
 
 from images_build import build, names
 from images_build.specs import SPECS
+from images_build.tools import locked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", action="store_true", help="only buildah's images of ours and the stand-in bases")
     p.add_argument("--all", action="store_true", help="both, plus pip's build cache and downloaded sources")
     args = parser.parse_args(argv)
+    with locked():
+        return run(args, parser)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    choices = list(SPECS)
 
     if args.command == "build":
         for image in build.build(args.images, force=args.force):

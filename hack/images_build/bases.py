@@ -4,9 +4,9 @@ store under the real base's name, so the Dockerfiles build as shipped.
 - debian:bookworm-slim: mmdebstrap's minbase of Debian 12 (the default Debian mirrors, with updates
   and security, as the official image's sources), docs, man pages and locales excluded as the
   official slim image excludes them, SOURCE_DATE_EPOCH fixed.
-- golang:1.25-bookworm: that stand-in plus ca-certificates and git from Debian and this machine's Go
-  toolchain (`go env GOROOT`) in /usr/local/go, with the official image's GOPATH, PATH and
-  GOTOOLCHAIN=local.
+- golang:1.25-bookworm: that stand-in plus ca-certificates and git from Debian, the machine's own
+  added CAs (/usr/local/share/ca-certificates) and its Go toolchain (`go env GOROOT`) in
+  /usr/local/go, with the official image's GOPATH, PATH and GOTOOLCHAIN=local.
 images/README.md says how each differs from the real base.
 
 Each stand-in is rebuilt only when its recipe changes (its hash, recorded in the cache); the recipe
@@ -51,7 +51,8 @@ def go_version() -> str:
 def recipe_hashes() -> dict[str, str]:
     """Stand-in -> hash of its recipe: what it is built from and how (bump `v` on a change here)."""
     debian = "v1 mmdebstrap minbase bookworm " + " ".join(SLIM_EXCLUDES) + SOURCE_DATE_EPOCH
-    golang = f"v1 {debian} + ca-certificates git + {go_version()}"
+    local_cas = b"".join(p.read_bytes() for p in sorted(Path("/usr/local/share/ca-certificates").glob("*.crt")))
+    golang = f"v1 {debian} + ca-certificates git + {go_version()} + CAs {hashlib.sha256(local_cas).hexdigest()}"
     return {name: hashlib.sha256(recipe.encode()).hexdigest()[:16]
             for name, recipe in ((DEBIAN, debian), (GOLANG, golang))}
 
@@ -107,6 +108,12 @@ def build_golang() -> None:
     run("buildah", "run", "--isolation", "chroot", "--network", "host", container, "--", "sh", "-c",
         "apt-get update -q && apt-get install -y -q --no-install-recommends ca-certificates git "
         "&& rm -rf /var/lib/apt/lists/* && mkdir -p /go/bin /go/src")
+    # The machine's own added CAs (e.g. a TLS proxy's), so `go` reaches the module proxy as the
+    # machine's go does.
+    local_cas = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+    if local_cas:
+        run("buildah", "copy", container, *map(str, local_cas), "/usr/local/share/ca-certificates/")
+        run("buildah", "run", "--isolation", "chroot", container, "--", "update-ca-certificates")
     run("buildah", "copy", container, goroot, "/usr/local/go")
     run("buildah", "config", "--env", "GOPATH=/go", "--env", f"PATH=/go/bin:/usr/local/go/bin:{DEFAULT_PATH}",
         "--env", "GOTOOLCHAIN=local", "--env", f"GOLANG_VERSION={go_version().removeprefix('go')}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -95,8 +96,8 @@ def build_one(image: Built) -> None:
         in_store(cached(other))
     # Docker's image format: OCI's has no SHELL, and buildah would run every RUN with /bin/sh.
     with build_args(image.name) as args:
-        run("buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "--format", "docker",
-            "-f", str(REPO / image_spec.dockerfile), "-t", image.reference,
+        run("buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "--force-rm",
+            "--format", "docker", *build_volumes(), "-f", str(REPO / image_spec.dockerfile), "-t", image.reference,
             *(f"--build-arg={key}={value}" for key, value in args.items()), str(REPO))
     build_s = time.monotonic() - started
     export(image)
@@ -131,9 +132,41 @@ def in_store(image: Built) -> None:
 
 
 def unpacked_bytes(ref: str) -> int:
-    """The image's size in buildah's store (its layers unpacked), as `buildah images` counts it."""
-    out = run("buildah", "images", "--json", ref, capture=True)
-    return int(sum(entry.get("size", 0) for entry in json.loads(out or "[]")))
+    """The image's size unpacked: the sum of its layers' diff sizes in buildah's store."""
+    root = Path(run("buildah", "info", "--format", "{{.store.GraphRoot}}", capture=True).strip())
+    wanted = image_id(ref)
+    images = json.loads((root / "overlay-images" / "images.json").read_text())
+    layers = {layer["id"]: layer for layer in json.loads((root / "overlay-layers" / "layers.json").read_text())}
+    top = next((image.get("layer") for image in images if image["id"] == wanted), None)
+    total = 0
+    while top:
+        total += layers[top].get("diff-size", 0)
+        top = layers[top].get("parent")
+    return total
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this machine's own clients trust (it may hold a TLS proxy's CA), if any."""
+    for variable in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        if os.environ.get(variable) and Path(os.environ[variable]).is_file():
+            return Path(os.environ[variable])
+    default = Path("/etc/ssl/certs/ca-certificates.crt")
+    return default if default.is_file() else None
+
+
+def build_volumes() -> list[str]:
+    """Mounts for the build's RUN steps only (never committed): pip trusts what this machine trusts.
+
+    A machine behind a TLS-intercepting proxy has its CA in its own bundle, not in Debian's nor in
+    pip's certifi: /etc/pip.conf (which pip reads in any venv) points pip at the host's bundle.
+    """
+    bundle = host_ca_bundle()
+    if bundle is None:
+        return []
+    conf = cache_root() / "build" / "pip.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("[global]\ncert = /etc/kt2t-host-ca.crt\n")
+    return ["--volume", f"{bundle}:/etc/kt2t-host-ca.crt:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
 
 
 # ---- build arguments ----------------------------------------------------------------------------
@@ -162,8 +195,6 @@ def build_args(name: str) -> Iterator[dict[str, str]]:
 def nccl_tests_source(version: str) -> Path:
     """nccl-tests' release archive, from the cache, else GitHub, else a git repository of nccl-tests
     named by $NCCL_TESTS_GIT (e.g. a mirror): `git archive` of the release's tag."""
-    import os
-
     archive = cache_root() / "sources" / f"nccl-tests-{version}.tar.gz"
     if archive.is_file():
         return archive
@@ -235,21 +266,20 @@ def listing() -> list[dict[str, object]]:
 def disk() -> dict[str, int]:
     """Bytes on disk: the archives, the stand-in markers and sources, buildah's store and cache mounts."""
     return {"archives": du_bytes(cache_root()), "buildah_store": du_bytes(Path("/var/lib/containers/storage")),
-            "buildah_cache_mounts": sum(du_bytes(p) for p in Path("/var/tmp").glob("buildah-cache-*"))}
+            "buildah_cache_mounts": sum(du_bytes(p) for p in Path("/var/tmp").glob("buildah-cache*"))}
 
 
 def clean(archives: bool, store: bool, caches: bool) -> None:
     """Remove what the builds left: the archives, buildah's images of ours and stand-ins, its caches."""
     if store:
         refs = [reference(name) for name in SPECS] + [bases.qualified(base) for base in bases.STANDINS]
-        run("buildah", "rm", "--all")
         present = [ref for ref in refs if image_id(ref) is not None]
         if present:
             run("buildah", "rmi", "--force", *present)
         run("buildah", "rmi", "--prune", check=False)
         shutil.rmtree(cache_root() / "bases", ignore_errors=True)
     if caches:
-        for folder in Path("/var/tmp").glob("buildah-cache-*"):
+        for folder in Path("/var/tmp").glob("buildah-cache*"):
             shutil.rmtree(folder)
         shutil.rmtree(cache_root() / "sources", ignore_errors=True)
     if archives:

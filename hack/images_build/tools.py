@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # The commands `hack/images build` needs, and the Debian package of each (hack/system-packages.sh
@@ -51,9 +54,25 @@ def image_id(reference: str) -> str | None:
 
 
 def tidy_store() -> None:
-    """Remove buildah's working containers and the images no name or build cache still uses."""
-    run("buildah", "rm", "--all")
+    """Remove the images no name or build cache still uses (a rebuilt image's old layers).
+
+    Under the lock (locked()): a concurrent build's intermediate images look unused too.
+    """
     run("buildah", "rmi", "--prune", check=False)
+
+
+@contextmanager
+def locked() -> Iterator[None]:
+    """One hack/images at a time on this machine (builds, imports and cleans share buildah's store)."""
+    lock = cache_root() / ".lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another hack/images ({lock})")
+            fcntl.flock(file, fcntl.LOCK_EX)
+        yield
 
 
 def du_bytes(path: Path) -> int:
