@@ -33,8 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", action="store_true", help="only buildah's images of ours and the stand-in bases")
     p.add_argument("--all", action="store_true", help="both, plus pip's build cache and downloaded sources")
     args = parser.parse_args(argv)
-    with locked():
-        return run(args, parser)
+    # Builds and cleans change buildah's store and the cache: one at a time. Reading (import, list)
+    # needs no lock: an archive is renamed into place whole.
+    if args.command in ("build", "clean"):
+        with locked():
+            return run(args, parser)
+    return run(args, parser)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
