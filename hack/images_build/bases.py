@@ -110,9 +110,9 @@ def build_golang() -> None:
         "&& rm -rf /var/lib/apt/lists/* && mkdir -p /go/bin /go/src")
     # The machine's own added CAs (e.g. a TLS proxy's), so `go` reaches the module proxy as the
     # machine's go does.
-    local_cas = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
-    if local_cas:
-        run("buildah", "copy", container, *map(str, local_cas), "/usr/local/share/ca-certificates/")
+    added = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+    if added:
+        run("buildah", "copy", container, *map(str, added), "/usr/local/share/ca-certificates/")
         run("buildah", "run", "--isolation", "chroot", container, "--", "update-ca-certificates")
     run("buildah", "copy", container, goroot, "/usr/local/go")
     run("buildah", "config", "--env", "GOPATH=/go", "--env", f"PATH=/go/bin:/usr/local/go/bin:{DEFAULT_PATH}",

@@ -145,23 +145,21 @@ def unpacked_bytes(ref: str) -> int:
     return total
 
 
-def host_ca_bundle() -> Path | None:
-    """The CA bundle this machine's own clients trust (it may hold a TLS proxy's CA), if any."""
-    for variable in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
-        if os.environ.get(variable) and Path(os.environ[variable]).is_file():
-            return Path(os.environ[variable])
-    default = Path("/etc/ssl/certs/ca-certificates.crt")
-    return default if default.is_file() else None
+def local_cas() -> list[Path]:
+    """CAs this machine's administrator added to its trust (e.g. a TLS-intercepting proxy's)."""
+    return sorted(Path("/usr/local/share/ca-certificates").glob("**/*.crt"))
 
 
 def build_volumes() -> list[str]:
-    """Mounts for the build's RUN steps only (never committed): pip trusts what this machine trusts.
+    """Mounts for the build's RUN steps only: pip trusts what this machine trusts.
 
-    A machine behind a TLS-intercepting proxy has its CA in its own bundle, not in Debian's nor in
-    pip's certifi: /etc/pip.conf (which pip reads in any venv) points pip at the host's bundle.
+    Only on a machine with CAs of its own (local_cas()), which neither Debian's bundle nor pip's
+    certifi has: the machine's bundle, and an /etc/pip.conf (which pip reads in any venv) naming it.
+    The mounts' contents are never committed; their mount points are, as two empty files
+    (/etc/pip.conf, /etc/kt2t-host-ca.crt): images/README.md says so.
     """
-    bundle = host_ca_bundle()
-    if bundle is None:
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if not local_cas() or not bundle.is_file():
         return []
     conf = cache_root() / "build" / "pip.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
