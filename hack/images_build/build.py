@@ -78,6 +78,14 @@ def build(names: list[str], force: bool = False) -> list[Built]:
     """Build (or find in the cache) each image and the images it builds on; returns them in order."""
     done = []
     for name in order(names or list(SPECS)):
+        absent = missing_external_bases(name)
+        if absent:
+            message = (f"{name}: not built: its base {', '.join(absent)} is not in buildah's store, and no registry "
+                       "can be reached here nor can it be made locally (images/README.md)")
+            if names:
+                raise SystemExit(f"hack/images: {message}")
+            log(message)
+            continue
         image = cached(name)
         if is_built(image) and not force:
             log(f"{name}: cached, {image.archive}")
@@ -86,6 +94,13 @@ def build(names: list[str], force: bool = False) -> list[Built]:
             build_one(image)
         done.append(image)
     return done
+
+
+def missing_external_bases(name: str) -> list[str]:
+    """The bases image `name` needs that buildah's store lacks (none for most images)."""
+    dockerfile = REPO / spec(name).dockerfile
+    wanted = [dockerfile_default(dockerfile, argument) for argument in spec(name).external_bases]
+    return [base for base in wanted if image_id(base) is None and image_id(f"docker.io/{base}") is None]
 
 
 def build_one(image: Built) -> None:

@@ -39,12 +39,16 @@ class ImageSpec:
     bases: tuple[str, ...] = ()
     # Images of ours it builds FROM: built first, and their hash is part of this one's.
     needs: tuple[str, ...] = ()
+    # Build arguments naming a base that hack/images cannot make: the image is built only when
+    # buildah's store already has it (the Dockerfile's default names it, so its hash covers it).
+    external_bases: tuple[str, ...] = ()
 
 
 SPECS: dict[str, ImageSpec] = {spec.name: spec for spec in (
     ImageSpec("pause", "images/pause/Dockerfile", ("images/pause/pause.c",), bases=("debian:bookworm-slim",)),
     ImageSpec("workloads", "workloads/Dockerfile", ("workloads",), bases=("debian:bookworm-slim",)),
-    ImageSpec("nccl-tests", "images/nccl-tests/Dockerfile", (), needs=("workloads",)),
+    ImageSpec("nccl-tests", "images/nccl-tests/Dockerfile", (), needs=("workloads",),
+              external_bases=("CUDA_DEVEL_IMAGE",)),
     # What Dockerfile.kubetest2's COPY steps read.
     ImageSpec("kubetest2", "Dockerfile.kubetest2",
               ("hack/go/kubetest2", "pyproject.toml", "README.md", "harness", "testbins", "manifests", "workloads"),
