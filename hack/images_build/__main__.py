@@ -1,4 +1,5 @@
-"""The command line of hack/images (usage: `hack/images --help`)."""
+"""hack/images: build this project's container images with buildah, as their Dockerfiles ship, cache and import them
+(images/README.md)."""
 
 from __future__ import annotations
 
