@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -23,14 +24,19 @@ from .kubeconfig import write_kubeconfig
 from .pki import CLIENT_IDENTITIES, Pki
 from .processes import ProcessRecord, code_fingerprint
 from .settings import Settings
+from .training_controllers import TRAINING_CONTROLLERS
 
 # Written into the state folder by `up`; `down` deletes only a folder that carries it.
 STATE_MARKER = ".kubetest2-training-local-cluster"
 
 # CRDs installed before the components that need them start. hack/build-binaries.sh copies them
 # out of the pinned Go modules into <bin dir>/crds/, so `up` needs no `go` and no module cache.
-CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml")
+CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml", "trainer.kubeflow.org_trainjobs.yaml",
+             "trainer.kubeflow.org_trainingruntimes.yaml", "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+             "jobset.x-k8s.io_jobsets.yaml")
 
+# On each CRD `up` applied: sha256 of the file it came from.
+CRD_SOURCE_ANNOTATION = "kubetest2-training.local/crd-file-sha256"
 
 # Waiting for many nodes: at least this long per node (1,000 nodes took about 4 minutes), and
 # at most this many of those not ready named in a timeout's message.
@@ -102,6 +108,8 @@ class LocalCluster:
                 write_kubeconfig(kubeconfig_path(self.settings, identity.name), self.settings.apiserver_url,
                                  self.pki, identity.name)
             write_kubeconfig(self.settings.kubeconfig, self.settings.apiserver_url, self.pki, "admin")
+            for controller in TRAINING_CONTROLLERS:
+                controller.write_files(self.settings, self.pki)
             for component in self.components():
                 self.ensure_running(component)
                 if component.name == "kube-apiserver":
@@ -170,21 +178,34 @@ class LocalCluster:
                    lambda: tail(self.log_file(component), 5))
 
     def bootstrap_api(self) -> None:
-        """What the components after the API server need from it: CRDs, mpi-operator's lock namespace."""
+        """What the components after the API server need from it: CRDs, mpi-operator's lock namespace,
+        the training controllers' webhook configurations."""
         api = self.api()
         for file_name in CRD_FILES:
             crd_file = self.settings.bin_dir / "crds" / file_name
             if not crd_file.is_file():
                 raise ClusterError(f"install CRD: {crd_file} is missing; run hack/build-binaries.sh")
-            for document in yaml.safe_load_all(crd_file.read_text()):
+            text = crd_file.read_text()
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            # Parsing and applying the large CRDs (Trainer's, JobSet's, mpi-operator's: ~1 MB each)
+            # took most of an idempotent `up` (about 80 s at load 12): skip a CRD already applied
+            # from this very file.
+            live = api.get_or_none("CustomResourceDefinition", crd_name(file_name))
+            if ((live or {}).get("metadata", {}).get("annotations") or {}).get(CRD_SOURCE_ANNOTATION) == digest:
+                continue
+            for document in yaml.safe_load_all(text):
                 if document:
+                    document["metadata"].setdefault("annotations", {})[CRD_SOURCE_ANNOTATION] = digest
                     api.apply(document)
         api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_OPERATOR_LOCK_NAMESPACE}})
+        # Trainer's and JobSet's webhooks, served on 127.0.0.1 once their controllers start.
+        for controller in TRAINING_CONTROLLERS:
+            for configuration in controller.webhook_configurations(self.settings, self.pki):
+                api.apply(configuration)
         for file_name in CRD_FILES:
-            group, plural = Path(file_name).stem.split("_", 1)
-            crd_name = f"{plural}.{group}"
-            wait_until(lambda name=crd_name: crd_established(api, name), self.settings.wait_timeout_s,
-                       f"CRD {crd_name} to be established")
+            name = crd_name(file_name)
+            wait_until(lambda name=name: crd_established(api, name), self.settings.wait_timeout_s,
+                       f"CRD {name} to be established")
 
     def wait_usable(self) -> None:
         """Nodes Ready and the `default` ServiceAccount present: pods can be created and run."""
@@ -260,6 +281,12 @@ class LocalCluster:
                 "healthy": pid is not None and is_healthy(component, self.pki),
             })
         return rows
+
+
+def crd_name(file_name: str) -> str:
+    """The CRD a file of CRD_FILES defines: <group>_<plural>.yaml -> <plural>.<group>."""
+    group, plural = Path(file_name).stem.split("_", 1)
+    return f"{plural}.{group}"
 
 
 def crd_established(api: ApiClient, name: str) -> bool:
