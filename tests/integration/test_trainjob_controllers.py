@@ -23,8 +23,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from harness.labels import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL
-from harness.manifests import render
+from harness.cluster.labels import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from harness.cluster.manifests import render
 
 from .conftest import REPO, LocalCluster, wait_for
 
