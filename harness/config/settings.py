@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.config.redaction import looks_secret, redact
 from harness.config.values import (
+    Tolerations,
     choice,
     format_duration,
     parse_bool,
@@ -37,6 +38,7 @@ from harness.config.values import (
     parse_regex,
     parse_shuffle,
     parse_text,
+    parse_tolerations,
 )
 from harness.errors import ConfigError
 
@@ -231,6 +233,11 @@ class Config:
     pod_annotations: Mapping[str, str] = setting("annotations added to every workload pod (k=v,k2=v2)",
                                                  parse_key_values, "comma-separated key=value pairs",
                                                  env="POD_ANNOTATIONS", default={})
+    tolerations: Tolerations = setting(  # noqa: RUF009 (a declaration, see test_v)
+        "taints every pod of the suite tolerates besides nvidia.com/gpu and vpc.amazonaws.com/efa (any value and "
+        "effect): key (any value), key=value, either with :Effect, comma-separated", parse_tolerations,
+        "comma-separated key[=value][:Effect], Effect NoSchedule, PreferNoSchedule or NoExecute",
+        env="TOLERATIONS", default=Tolerations())
     keep_resources: bool = setting("leave the test namespace in place for debugging", parse_bool,
                                    "true or false", env="KEEP_RESOURCES", default=False)
     install_device_plugin: bool = setting("install the NVIDIA device plugin (pinned, manifests/addons) unless "

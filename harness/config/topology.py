@@ -12,6 +12,13 @@ from harness.config.settings import SETTINGS_BY_NAME, Origin, Resolved
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# Taints GPU and EFA nodes carry (EKS GPU node groups and Karpenter GPU NodePools taint
+# nvidia.com/gpu, EFA node groups vpc.amazonaws.com/efa, with NoSchedule or NoExecute): every pod of
+# the suite tolerates them with any value and effect, or a tainted node leaves training pods Pending
+# and a DaemonSet without pods. Not aws.amazon.com/neuron: the suite selects NVIDIA nodes (or CPU
+# ones) only, never a Neuron node; TOLERATIONS adds it or any other.
+DEFAULT_TOLERATIONS: tuple[dict[str, str], ...] = ({"key": GPU_RESOURCE, "operator": "Exists"},
+                                                   {"key": EFA_RESOURCE, "operator": "Exists"})
 
 
 def _quantity(value: str | None) -> int:

@@ -55,7 +55,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
         pod_annotations=cfg.pod_annotations, pod_env=pod_environment_passthrough(),
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
         efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
-        job_timeout=cfg.job_timeout)
+        job_timeout=cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()))
 
 
 @dataclass

@@ -53,6 +53,8 @@ class Placement:
     accelerator: str
     image: str
     job_timeout: float
+    # Taints the pods tolerate besides the GPU and EFA ones every pod tolerates (TOLERATIONS), as pod spec entries.
+    extra_tolerations: tuple[Mapping[str, str], ...] = ()
 
     @property
     def node_count(self) -> int:

@@ -42,6 +42,7 @@ from .conftest import wait_for as poll
 
 pytestmark = pytest.mark.integration
 
+TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "it"}
 
 
@@ -223,7 +224,8 @@ def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
     fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
               "Image": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
-              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0}
+              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0,
+              "Tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
     for obj in render("mpijob.yaml", fields):
         kube.apply(obj)
     assert kube.get(MPIJOB, "mpi", namespace) is not None
@@ -289,6 +291,7 @@ def test_every_manifest_passes_server_side_dry_run(kube: Cluster, namespace: str
     fields = {"JobName": "dry", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {"a": "b"},
               "Image": "repo/train:1", "WorkerReplicas": 4, "Resources": resources,
               "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+              "Tolerations": TOLERATIONS,
               "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"},
                       {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
               **TEMPLATE_FIELDS[template]}

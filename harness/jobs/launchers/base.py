@@ -10,10 +10,16 @@ from typing import Any, ClassVar
 from harness.cluster.logs import CapturedLog
 from harness.cluster.resources import Obj, Resource
 from harness.cluster.wait import Condition
-from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from harness.config.topology import DEFAULT_TOLERATIONS, EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from harness.jobs.workload import Placement, Rendering, Workload
 
 MASTER_PORT = 29500
+
+
+def pod_tolerations(placement: Placement) -> list[dict[str, str]]:
+    """The tolerations of every pod the suite creates, any launcher's (harness.config.topology's
+    DEFAULT_TOLERATIONS, and TOLERATIONS'): the one place a template's pods get theirs."""
+    return [*map(dict, DEFAULT_TOLERATIONS), *map(dict, placement.extra_tolerations)]
 
 
 def worker_resources(placement: Placement) -> dict[str, Any]:
@@ -59,7 +65,8 @@ def container_env(workload: Workload, placement: Placement, master_addr: str | N
 
 def common_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
     return {"JobName": workload.job_name, "Namespace": placement.namespace, "Labels": dict(placement.labels),
-            "PodAnnotations": dict(placement.pod_annotations), "Image": workload.image or placement.image}
+            "PodAnnotations": dict(placement.pod_annotations), "Image": workload.image or placement.image,
+            "Tolerations": pod_tolerations(placement)}
 
 
 def worker_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
