@@ -232,13 +232,29 @@ HPL_RESULT = re.compile(r"^W[RC]\S+\s+\d+\s+\d+\s+\d+\s+\d+\s+[\d.]+\s+(?P<gflop
 HPL_CHECK = re.compile(r"\|\|Ax-b\|\|.*\.\.\.\.\.\. (?P<verdict>PASSED|FAILED)")
 
 
+def hpl_affinity(gpus: int, cpus: int) -> tuple[str, str]:
+    """hpl.sh's --mem-affinity and --cpu-affinity for a rank per GPU on a node of `cpus` CPUs.
+
+    upstream's fixed `0-13:...:98-111` names 112 CPUs: on a p4d (96) ranks 7's CPUs do not exist and
+    hpl.sh fails; on a p5 (192) 80 CPUs idle. Here the CPUs are split in equal contiguous ranges, one
+    per rank, and the first half of the ranks use NUMA node 0, the rest node 1 (as upstream's
+    0:0:0:0:1:1:1:1: EC2's multi-GPU types are two-socket, CPUs numbered socket by socket)."""
+    if gpus < 1 or cpus < gpus:
+        raise TestFailure(f"hpc-benckmarks: cannot give {gpus} HPL ranks a CPU each on a node with {cpus} CPUs")
+    per = cpus // gpus
+    cpu = ":".join(f"{i * per}-{(i + 1) * per - 1}" for i in range(gpus))
+    mem = ":".join(str(i * 2 // gpus) if gpus > 1 else "0" for i in range(gpus))
+    return mem, cpu
+
+
 def hpc_benchmarks(t: TestContext) -> None:
     """upstream's hpc-benckmarks: NVIDIA's HPL on every GPU of one node; its residual check must pass."""
     require_gpus(t)
     gpus = t.topology.gpus_per_node
+    mem_affinity, cpu_affinity = hpl_affinity(gpus, t.topology.nodes[0].cpus)
     command = ("mpirun", "--allow-run-as-root", "-np", str(gpus), "-bind-to", "none", "-x", "NCCL_DEBUG=INFO",
                "-x", "HPL_FCT_COMM_POLICY=1", "-x", "HPL_USE_NVSHMEM=0", "hpl.sh", "--mem-affinity",
-               "0:0:0:0:1:1:1:1", "--cpu-affinity", "0-13:14-27:28-41:42-55:56-69:70-83:84-97:98-111",
+               mem_affinity, "--cpu-affinity", cpu_affinity,
                "--no-multinode", "--dat", "hpl-linux-x86_64/sample-dat/HPL-dgx-1N.dat")
     job = launch(t, Workload("hpc-benckmarks-job", binary=command[0], args=command[1:], image=HPC_BENCHMARKS_IMAGE,
                              launcher="per-node", nodes=1, extra_env={"UCX_TLS": "^sysv"}))

@@ -55,6 +55,9 @@ class Placement:
     job_timeout: float
     # Taints the pods tolerate besides the GPU and EFA ones every pod tolerates (TOLERATIONS), as pod spec entries.
     extra_tolerations: tuple[Mapping[str, str], ...] = ()
+    # The smallest allocatable CPU (cores) and memory (bytes) of the nodes: what GPU pods' requests derive from.
+    node_allocatable_cpu: float = 0.0
+    node_allocatable_memory: float = 0.0
 
     @property
     def node_count(self) -> int:
