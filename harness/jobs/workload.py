@@ -26,6 +26,8 @@ class Workload:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
     host_paths: Mapping[str, str] = field(default_factory=dict)
+    # Linux capabilities its program needs (per-node launcher; every other is dropped), each said why where declared.
+    capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):

@@ -273,7 +273,7 @@ TEMPLATE_FIELDS = {
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"],
                     "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1},
-    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8,
+    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
                           "Requests": {"cpu": "8", "memory": "8Gi"}, "Command": ["nvidia-smi", "-L"]},
     "daemonset.yaml": {"Command": ["sh", "-c", "true"],
                        "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],

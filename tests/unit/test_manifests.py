@@ -96,7 +96,7 @@ def test_every_declared_field_is_used_by_a_template():
 
 def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
     fields = {"JobName": "gpu-capacity-n1", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8,
+              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
               "Requests": {"cpu": "48", "memory": "64Gi"}, "Command": ["nvidia-smi", "-L"],
               "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}],
               "Tolerations": TOLERATIONS}
