@@ -237,7 +237,10 @@ def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: Loca
     listed = subprocess.run([str(Path(sys.executable).parent / binary), "--test.list=.*"], capture_output=True,
                             text=True, check=True).stdout.split()
     assert set(listed) <= set(cases), f"not run as the ServiceAccount: {set(listed) - set(cases)}"
-    assert all(case.is_passed for case in cases.values()), {n: c.result for n, c in cases.items() if not c.is_passed}
+    # TestDcgmDiagnostics is opt-in (--dcgmDiagEnabled), as upstream's: it skips.
+    failed = {n: c.result for n, c in cases.items()
+              if not (c.is_passed or (c.is_skipped and n == "TestDcgmDiagnostics"))}
+    assert not failed, failed
 
 
 def test_a_right_removed_is_a_clear_error(cluster: LocalCluster, namespace: str, rbac, tmp_path: Path):
