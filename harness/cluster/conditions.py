@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from harness.cluster.pods import mpi_role, node_of, pod_failure_reason, true_condition, unschedulable_message
-from harness.cluster.resources import CRD, DEPLOYMENT, JOB, MPIJOB, NODE, POD, Obj, Resource
+from harness.cluster.resources import CRD, DAEMONSET, DEPLOYMENT, JOB, MPIJOB, NODE, POD, Obj, Resource
 from harness.cluster.wait import Condition
 from harness.cluster.watch import ChangeCursor, ClusterState, FollowedLog, Key, Watched
 from harness.config.topology import GPU_RESOURCE, NodeInfo
@@ -77,6 +77,79 @@ def pods_ready_on_nodes(namespace: str, label_selector: str, node_names: Iterabl
 
     return Condition(f"a Ready pod ({label_selector}) on each of {', '.join(wanted)}",
                      (Watched(POD, namespace, label_selector),), check)
+
+
+# What the DaemonSet controller tolerates on its own for every DaemonSet pod (kube-controller-manager's
+# daemon.util.AddOrUpdateDaemonPodTolerations): these taints never keep a DaemonSet off a node.
+DAEMONSET_IMPLIED_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+
+
+def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
+    """Whether a pod with these tolerations may run on a node with this taint (the scheduler's rule:
+    a PreferNoSchedule taint never keeps a pod off)."""
+    if taint.get("effect") == "PreferNoSchedule":
+        return True
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("key") and toleration["key"] != taint.get("key"):
+            continue
+        if not toleration.get("key") and toleration.get("operator") != "Exists":
+            continue
+        if toleration.get("operator") == "Exists" or toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def taint_text(taint: Obj) -> str:
+    """A taint as `kubectl taint` spells it: key[=value]:Effect."""
+    value = taint.get("value")
+    return f"{taint.get('key')}{f'={value}' if value else ''}:{taint.get('effect')}"
+
+
+def daemonset_short(namespace: str, name: str, node_names: Iterable[str]) -> Condition:
+    """The DaemonSet, once its controller has judged it, wants fewer pods than there are selected
+    nodes: some node will never get one (an untolerated taint, a node selector that misses it, a
+    node gone). Said at once, naming each such node and why, not after JOB_TIMEOUT."""
+    wanted = sorted(set(node_names))
+
+    def why_not(node: Obj | None, node_name: str, pod_spec: Obj) -> str | None:
+        if node is None:
+            return f"{node_name}: no such node"
+        tolerations = [*(pod_spec.get("tolerations") or []), *DAEMONSET_IMPLIED_TOLERATIONS]
+        untolerated = [taint_text(t) for t in node.get("spec", {}).get("taints") or [] if not tolerates(tolerations, t)]
+        if untolerated:
+            return f"{node_name}: taint {', '.join(untolerated)} not tolerated"
+        labels = node["metadata"].get("labels") or {}
+        missed = {k: v for k, v in (pod_spec.get("nodeSelector") or {}).items() if labels.get(k) != v}
+        if missed:
+            return f"{node_name}: node selector {', '.join(f'{k}={v}' for k, v in missed.items())} does not match"
+        return None
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        daemonset = state.get("DaemonSet", namespace, name)
+        if daemonset is None or not state.listed("Node"):
+            return None
+        status = daemonset.get("status") or {}
+        if status.get("observedGeneration", 0) < daemonset["metadata"].get("generation", 1):
+            return None  # the controller has not judged this version yet
+        desired = status.get("desiredNumberScheduled", 0)
+        if desired >= len(wanted):
+            return None
+        pod_spec = daemonset["spec"]["template"]["spec"]
+        reasons = [r for n in wanted if (r := why_not(state.get("Node", "", n), n, pod_spec))]
+        return (f"daemonset {name} places pods on {desired} of the {len(wanted)} selected nodes; "
+                + ("; ".join(reasons) or "no taint or node selector of theirs explains it"))
+
+    return Condition(f"daemonset {name} to want fewer pods than the {len(wanted)} selected nodes",
+                     (Watched(DAEMONSET, namespace, field_selector=f"metadata.name={name}"), Watched(NODE)), check)
 
 
 def deleted(resource: Resource, name: str, namespace: str | None = None) -> Condition:

@@ -48,6 +48,9 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "ActiveDeadlineSeconds": "the Job's deadline",
     "NodeSelector": "node selector of the workload pods",
     "NodeName": "node a pod is pinned to",
+    "Capabilities": "Linux capabilities a per-node pod's program needs (all others dropped)",
+    "Requests": "CPU and memory a per-node pod requests (a share of the node's allocatable; none on cpu)",
+    "Tolerations": "tolerations of every pod (the GPU and EFA taints, and TOLERATIONS')",
     "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
     "Volumes": "the hostPath volumes behind VolumeMounts",
 }

@@ -30,4 +30,6 @@ def redact_secrets(obj: Any) -> Any:
         return obj
     if isinstance(obj.get("name"), str) and "value" in obj and looks_secret(obj["name"]):
         return {**obj, "value": REDACTED}
-    return {k: redact(k, v) if isinstance(v, str) else redact_secrets(v) for k, v in obj.items()}
+    # A field named exactly `key` is Kubernetes naming something (a toleration's taint, a selector's
+    # label, a Secret's or ConfigMap's entry), never a secret itself.
+    return {k: redact(k, v) if isinstance(v, str) and k != "key" else redact_secrets(v) for k, v in obj.items()}

@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.config.redaction import looks_secret, redact
 from harness.config.values import (
+    Tolerations,
     choice,
     format_duration,
     parse_bool,
@@ -37,6 +38,7 @@ from harness.config.values import (
     parse_regex,
     parse_shuffle,
     parse_text,
+    parse_tolerations,
 )
 from harness.errors import ConfigError
 
@@ -231,6 +233,11 @@ class Config:
     pod_annotations: Mapping[str, str] = setting("annotations added to every workload pod (k=v,k2=v2)",
                                                  parse_key_values, "comma-separated key=value pairs",
                                                  env="POD_ANNOTATIONS", default={})
+    tolerations: Tolerations = setting(  # noqa: RUF009 (a declaration, see test_v)
+        "taints every pod of the suite tolerates besides nvidia.com/gpu and vpc.amazonaws.com/efa (any value and "
+        "effect): key (any value), key=value, either with :Effect, comma-separated", parse_tolerations,
+        "comma-separated key[=value][:Effect], Effect NoSchedule, PreferNoSchedule or NoExecute",
+        env="TOLERATIONS", default=Tolerations())
     keep_resources: bool = setting("leave the test namespace in place for debugging", parse_bool,
                                    "true or false", env="KEEP_RESOURCES", default=False)
     install_device_plugin: bool = setting("install the NVIDIA device plugin (pinned, manifests/addons) unless "
@@ -242,6 +249,16 @@ class Config:
                                          "cluster lacks the CRD, remove it at the end; false: such a test fails "
                                          "naming the missing CRD", parse_bool, "true or false",
                                          env="INSTALL_MPI_OPERATOR", default=True)
+    dcgm_diag_enabled: bool = setting("run TestDcgmDiagnostics, upstream's opt-in deep DCGM diagnostic (`dcgmi diag "
+                                      "-r <level>`: over an hour on an 8-GPU node); off, it skips",
+                                      parse_bool, "true or false", env="DCGM_DIAG_ENABLED",
+                                      flags=("dcgmDiagEnabled",), is_bool_flag=True, default=False)
+    dcgm_diag_level: str = setting("TestDcgmDiagnostics' `dcgmi diag -r` level", choice("1", "2", "3", "4"),
+                                   "1, 2, 3 or 4", env="DCGM_DIAG_LEVEL", flags=("dcgmDiagLevel",), default="4")
+    dcgm_diag_timeout_minutes: int = setting("how long TestDcgmDiagnostics waits, in minutes (at least 2: its Job's "
+                                             "deadline sits a minute inside)", parse_count, "a whole number >= 2",
+                                             env="DCGM_DIAG_TIMEOUT_MINUTES", flags=("dcgmDiagTimeoutMinutes",),
+                                             default=180)
     metric_dimensions: Mapping[str, str] = setting("CloudWatch metric dimensions (k=v,k2=v2): recorded as JUnit "
                                                    "properties; the CloudWatch export itself is not done here",
                                                    parse_dimensions, "comma-separated key=value pairs",
@@ -359,11 +376,13 @@ skip_log_headers          klog   bool   drop klog file headers
 add_dir_header            klog   bool   add the file folder to klog headers
 one_output                klog   bool   write each klog line to one file only
 log_backtrace_at          klog   value  print a Go stack at a klog line
+timeSlicingEnabled        suite  bool   share each GPU by time-slicing and check its replicas (not built here yet)
+mpsEnabled                suite  bool   share each GPU through MPS and check its replicas (not built here yet)
 """
 
 
 def _no_effect_settings() -> tuple[Setting, ...]:
-    groups = {"go": GO_TEST, "e2e": E2E_FRAMEWORK, "klog": KLOG}
+    groups = {"go": GO_TEST, "e2e": E2E_FRAMEWORK, "klog": KLOG, "suite": TRAINING}
     declared = []
     for row in filter(None, NO_EFFECT_TABLE.splitlines()):
         flag, group, kind, would = row.split(maxsplit=3)

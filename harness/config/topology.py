@@ -3,6 +3,7 @@ value came from (a setting the user gave, or the nodes' labels and capacity)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,13 @@ from harness.config.settings import SETTINGS_BY_NAME, Origin, Resolved
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# Taints GPU and EFA nodes carry (EKS GPU node groups and Karpenter GPU NodePools taint
+# nvidia.com/gpu, EFA node groups vpc.amazonaws.com/efa, with NoSchedule or NoExecute): every pod of
+# the suite tolerates them with any value and effect, or a tainted node leaves training pods Pending
+# and a DaemonSet without pods. Not aws.amazon.com/neuron: the suite selects NVIDIA nodes (or CPU
+# ones) only, never a Neuron node; TOLERATIONS adds it or any other.
+DEFAULT_TOLERATIONS: tuple[dict[str, str], ...] = ({"key": GPU_RESOURCE, "operator": "Exists"},
+                                                   {"key": EFA_RESOURCE, "operator": "Exists"})
 
 
 def _quantity(value: str | None) -> int:
@@ -19,6 +27,22 @@ def _quantity(value: str | None) -> int:
         return int(value or 0)
     except ValueError:
         return 0
+
+
+_QUANTITY = re.compile(r"(?P<number>[0-9.]+(?:[eE][+-]?[0-9]+)?)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+_SUFFIXES = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity(value: str | None) -> float:
+    """A Kubernetes resource quantity (`95690m`, `2Gi`, `1998036224Ki`, `1e9`) as a number; 0 when absent
+    or malformed (a node that says nothing usable offers nothing)."""
+    match = _QUANTITY.fullmatch(str(value or "").strip())
+    if match is None:
+        return 0.0
+    if match["suffix"] == "m":
+        return float(match["number"]) / 1000  # divided: 191450m is 191.45 exactly as a float prints it
+    return float(match["number"]) * _SUFFIXES.get(match["suffix"] or "", 1)
 
 
 @dataclass(frozen=True)
@@ -30,6 +54,10 @@ class NodeInfo:
     gpus: int
     efa: int
     ready: bool
+    # CPUs (ids 0..cpus-1: capacity), and what pods may request (allocatable): GPU pods' requests.
+    cpus: int = 0
+    allocatable_cpu: float = 0.0
+    allocatable_memory: float = 0.0  # bytes
 
     @classmethod
     def from_node(cls, node: dict[str, Any]) -> NodeInfo:  # a Node as the API returns it
@@ -43,6 +71,9 @@ class NodeInfo:
             gpus=_quantity(capacity.get(GPU_RESOURCE)),
             efa=_quantity(capacity.get(EFA_RESOURCE)),
             ready=ready and schedulable,
+            cpus=int(quantity(capacity.get("cpu"))),
+            allocatable_cpu=quantity((node.get("status", {}).get("allocatable") or {}).get("cpu")),
+            allocatable_memory=quantity((node.get("status", {}).get("allocatable") or {}).get("memory")),
         )
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import durationpy
 
@@ -217,3 +218,42 @@ def format_bytes(size: float) -> str:
         if size >= scale:
             return f"{size / scale:g} {unit}"
     return f"{size:g} B"
+
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_TOLERATION = re.compile(r"(?P<key>[^=:,\s]+)(?:=(?P<value>[^=:,\s]*))?(?::(?P<effect>[A-Za-z]+))?")
+
+
+@dataclass(frozen=True)
+class Tolerations:
+    """Pod tolerations given as text (TOLERATIONS): `key` (any value, any effect), `key=value` (that
+    value, any effect), either with `:Effect` (only that effect), comma-separated. Kept as the pod
+    spec's dicts; printed back in the same syntax."""
+
+    items: tuple[tuple[str, str | None, str | None], ...] = ()  # (key, value or None: Exists, effect or None: any)
+
+    def as_pod_spec(self) -> list[dict[str, str]]:
+        """The tolerations as a pod spec lists them."""
+        specs = []
+        for key, value, effect in self.items:
+            spec = {"key": key, "operator": "Exists"} if value is None else {"key": key, "operator": "Equal",
+                                                                               "value": value}
+            specs.append({**spec, "effect": effect} if effect else spec)
+        return specs
+
+    def __str__(self) -> str:
+        return ",".join(key + ("" if value is None else f"={value}") + (f":{effect}" if effect else "")
+                        for key, value, effect in self.items)
+
+
+def parse_tolerations(text: str) -> Tolerations:
+    """`key[=value][:Effect],...` (see Tolerations); a key must be a label key, Effect one of
+    TAINT_EFFECTS; the empty string is none."""
+    items = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _TOLERATION.fullmatch(item)
+        if (match is None or not _LABEL_KEY.fullmatch(match["key"])
+                or (match["effect"] is not None and match["effect"] not in TAINT_EFFECTS)):
+            raise ValueError(f"{item!r} in {text!r}")
+        items.append((match["key"], match["value"], match["effect"]))
+    return Tolerations(tuple(items))

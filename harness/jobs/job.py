@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from harness.cluster.resources import EVENT, POD, Obj
 from harness.cluster.wait import Condition, wait_for
 from harness.cluster.watch import ChangeCursor, ClusterState
 from harness.config.settings import pod_environment_passthrough
+from harness.config.topology import NodeInfo
 from harness.errors import ConfigError, JobFailed, WaitTimeout
 from harness.framework.context import RunContext, TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
@@ -55,7 +57,15 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
         pod_annotations=cfg.pod_annotations, pod_env=pod_environment_passthrough(),
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
         efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
-        job_timeout=cfg.job_timeout)
+        job_timeout=cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
+        **smallest_allocatable(topology.nodes, nodes))
+
+
+def smallest_allocatable(infos: Iterable[NodeInfo], names: Iterable[str]) -> dict[str, float]:
+    """The least allocatable CPU and memory among the named nodes (0: unknown), for Placement."""
+    chosen = [info for info in infos if info.name in set(names)]
+    return {"node_allocatable_cpu": min((i.allocatable_cpu for i in chosen), default=0.0),
+            "node_allocatable_memory": min((i.allocatable_memory for i in chosen), default=0.0)}
 
 
 @dataclass

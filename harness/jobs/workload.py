@@ -26,6 +26,8 @@ class Workload:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
     host_paths: Mapping[str, str] = field(default_factory=dict)
+    # Linux capabilities its program needs (per-node launcher; every other is dropped), each said why where declared.
+    capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):
@@ -53,6 +55,11 @@ class Placement:
     accelerator: str
     image: str
     job_timeout: float
+    # Taints the pods tolerate besides the GPU and EFA ones every pod tolerates (TOLERATIONS), as pod spec entries.
+    extra_tolerations: tuple[Mapping[str, str], ...] = ()
+    # The smallest allocatable CPU (cores) and memory (bytes) of the nodes: what GPU pods' requests derive from.
+    node_allocatable_cpu: float = 0.0
+    node_allocatable_memory: float = 0.0
 
     @property
     def node_count(self) -> int:

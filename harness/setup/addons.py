@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.cluster.conditions import (
@@ -27,6 +28,7 @@ from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL, l
 from harness.cluster.manifests import template_text
 from harness.cluster.resources import Obj
 from harness.cluster.wait import Condition, wait_for
+from harness.config.topology import DEFAULT_TOLERATIONS
 from harness.errors import HarnessError, TestFailure, WaitTimeout
 from harness.framework.context import RunContext
 
@@ -53,14 +55,20 @@ MPI_OPERATOR = Addon("mpi-operator", "mpi-operator", "v0.7.0")
 ADDONS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, MPI_OPERATOR)
 
 
-def addon_objects(addon: Addon, run_id: str) -> list[Obj]:
-    """The add-on's objects, each labelled managed-by and run id (its selectors untouched)."""
+def addon_objects(addon: Addon, run_id: str, extra_tolerations: Sequence[Mapping[str, str]] = ()) -> list[Obj]:
+    """The add-on's objects, each labelled managed-by and run id (its selectors untouched); its
+    DaemonSets' pods also tolerate what the suite's pods do (DEFAULT_TOLERATIONS and TOLERATIONS'):
+    the pinned manifests tolerate only `nvidia.com/gpu:NoSchedule` (device plugin) and
+    `aws.amazon.com/efa:NoSchedule` (EFA plugin), so an EFA-tainted GPU node got no plugin."""
     import yaml  # not at import: see harness/cluster/manifests.py
 
     objects = [doc for doc in yaml.safe_load_all(template_text(addon.manifest)) if doc]
     for obj in objects:
         labels = obj["metadata"].setdefault("labels", {})
         labels.update({MANAGED_BY_LABEL: MANAGED_BY, RUN_ID_LABEL: label_value(run_id)})
+        if obj["kind"] == "DaemonSet":
+            tolerations = obj["spec"]["template"]["spec"].setdefault("tolerations", [])
+            tolerations += [dict(t) for t in (*DEFAULT_TOLERATIONS, *extra_tolerations) if dict(t) not in tolerations]
     return objects
 
 
@@ -89,7 +97,7 @@ def ensure(session: RunContext, addon: Addon, node_names: tuple[str, ...]) -> No
     """Create what the cluster lacks of the add-on, register its removal, wait for all of it."""
     cluster, cfg = session.cluster, session.cfg
     assert cluster is not None, "ensure an add-on after connecting"
-    objects = addon_objects(addon, cfg.run_id)
+    objects = addon_objects(addon, cfg.run_id, cfg.tolerations.as_pod_spec())
     live = {describe(obj): cluster.get(cluster.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"],
                                        obj["metadata"].get("namespace")) for obj in objects}
     created = [obj for obj in objects if live[describe(obj)] is None]

@@ -81,6 +81,18 @@ class LocalCluster:
         """Turns a node NotReady (kwok stage) or Ready again; returns once the node says so."""
         run_local_cluster("node-ready" if ready else "node-not-ready", node)
 
+    def kubectl(self, *args: str, input_text: str | None = None) -> str:
+        """Runs kubectl on this cluster; returns its stdout; fails the test with stderr when it fails."""
+        done = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", *args], capture_output=True,
+                              text=True, timeout=120, check=False, input=input_text)
+        if done.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+        return done.stdout
+
+    def taint(self, node: str, taint: str) -> None:
+        """`kubectl taint nodes <node> key=value:Effect` (a trailing `-` removes it)."""
+        self.kubectl("taint", "nodes", node, taint)
+
     def set_node_slow(self, node: str, fraction: float | None) -> None:
         """Slows a node's pods down by `fraction` (`hack/local-cluster node-slow`), None: full speed."""
         run_local_cluster("node-slow", node, "off" if fraction is None else str(fraction))

@@ -42,6 +42,7 @@ from .conftest import wait_for as poll
 
 pytestmark = pytest.mark.integration
 
+TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "it"}
 
 
@@ -223,7 +224,8 @@ def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
     fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
               "Image": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
-              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0}
+              "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0,
+              "Tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
     for obj in render("mpijob.yaml", fields):
         kube.apply(obj)
     assert kube.get(MPIJOB, "mpi", namespace) is not None
@@ -271,7 +273,8 @@ TEMPLATE_FIELDS = {
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"],
                     "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1},
-    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"]},
+    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
+                          "Requests": {"cpu": "8", "memory": "8Gi"}, "Command": ["nvidia-smi", "-L"]},
     "daemonset.yaml": {"Command": ["sh", "-c", "true"],
                        "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
                        "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]},
@@ -289,6 +292,7 @@ def test_every_manifest_passes_server_side_dry_run(kube: Cluster, namespace: str
     fields = {"JobName": "dry", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {"a": "b"},
               "Image": "repo/train:1", "WorkerReplicas": 4, "Resources": resources,
               "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+              "Tolerations": TOLERATIONS,
               "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"},
                       {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
               **TEMPLATE_FIELDS[template]}

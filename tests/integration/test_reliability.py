@@ -179,6 +179,70 @@ def test_suites_pass_as_the_least_privilege_service_account(cluster: LocalCluste
     assert "--- PASS: TestBertTraining" in output
 
 
+# What `kubectl auth can-i` must answer for the ServiceAccount: what the tests create, delete and read.
+ALLOWED = [("create", "daemonsets.apps"), ("delete", "daemonsets.apps"), ("create", "jobs.batch"),
+           ("delete", "jobs.batch"), ("create", "mpijobs.kubeflow.org"), ("delete", "mpijobs.kubeflow.org"),
+           ("create", "namespaces"), ("delete", "namespaces"), ("get", "pods/log"), ("list", "events")]
+# trainjobs and jobsets: kubectl answers "no" for kinds the cluster does not serve (the local cluster
+# serves them once the trainer is installed); tests/unit/test_rbac.py checks their rules.
+DENIED = [("get", "secrets"), ("create", "clusterroles.rbac.authorization.k8s.io"),
+          ("create", "customresourcedefinitions.apiextensions.k8s.io")]
+
+
+def can_i(cluster: LocalCluster, namespace: str, verb: str, resource: str) -> str:
+    done = subprocess.run(["kubectl", f"--kubeconfig={cluster.kubeconfig}", "auth", "can-i", verb, resource,
+                           f"--as=system:serviceaccount:{namespace}:kubetest2-training", "-n", "kt2t-any"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout.strip()
+
+
+def test_kubectl_auth_can_i_as_the_service_account(cluster: LocalCluster, namespace: str, rbac):
+    assert {f"{verb} {what}": can_i(cluster, namespace, verb, what) for verb, what in ALLOWED} == \
+        {f"{verb} {what}": "yes" for verb, what in ALLOWED}
+    assert {f"{verb} {what}": can_i(cluster, namespace, verb, what) for verb, what in DENIED} == \
+        {f"{verb} {what}": "no" for verb, what in DENIED}
+
+
+# Every test of both binaries as the ServiceAccount, in as few runs as cover them: the GPU suite on
+# canned p5 nodes (the device plugins installed by the account itself), the training suite really
+# training on the CPU nodes. mpi-operator is the cluster's (an administrator's install: not granted).
+SUITES_AS_SERVICE_ACCOUNT = {
+    "e2e-nvidia": (("p5", 2, 32), ["--efaEnabled=true", "--skipUnitTestSubcommand=-s test_04",
+                                   "--nvidiaTestImage=public.ecr.aws/example/aws-k8s-tester:nvidia"],
+                   {"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{INJECT}canned-log=nvidia-suite",
+                    "NCCL_TESTS_MIN_BW": "30", "INSTALL_MPI_OPERATOR": "false"}),
+    "e2e-nvidia-training": (("cpu", 2, 0), [], {"ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m",
+                                                "INSTALL_MPI_OPERATOR": "false"}),
+}
+
+
+@pytest.mark.parametrize("binary", SUITES_AS_SERVICE_ACCOUNT)
+def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: LocalCluster, namespace: str, rbac,
+                                                                    binary: str, tmp_path: Path):
+    shape, args, env = SUITES_AS_SERVICE_ACCOUNT[binary]
+    try:
+        cluster.set_nodes(*shape)
+        kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
+        artifacts = tmp_path / "artifacts"
+        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts), **env}
+        if "POD_ANNOTATIONS" not in env:
+            full_env.pop("POD_ANNOTATIONS", None)
+        done = subprocess.run([str(Path(sys.executable).parent / binary), "--test.v", *args], env=full_env,
+                              capture_output=True, text=True, timeout=1500, check=False)
+    finally:
+        cluster.set_nodes("cpu", 2, 0)
+    assert done.returncode == 0, done.stdout[-6000:]
+    xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
+    cases = {case.name: case for suite in xml for case in suite}
+    listed = subprocess.run([str(Path(sys.executable).parent / binary), "--test.list=.*"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert set(listed) <= set(cases), f"not run as the ServiceAccount: {set(listed) - set(cases)}"
+    # TestDcgmDiagnostics is opt-in (--dcgmDiagEnabled), as upstream's: it skips.
+    failed = {n: c.result for n, c in cases.items()
+              if not (c.is_passed or (c.is_skipped and n == "TestDcgmDiagnostics"))}
+    assert not failed, failed
+
+
 def test_a_right_removed_is_a_clear_error(cluster: LocalCluster, namespace: str, rbac, tmp_path: Path):
     kube, objects = rbac
     role = next(o for o in objects if o["kind"] == "ClusterRole")

@@ -13,6 +13,7 @@ from harness.errors import RenderError
 
 REPO = Path(__file__).resolve().parents[2]
 
+TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "r1"}
 
 
@@ -23,6 +24,7 @@ def torchrun_fields(**overrides):
         "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "Command": ["torchrun"],
         "Args": ["--nnodes=4", "-m", "workloads.bert"], "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}],
         "MasterPort": 29500, "BackoffLimit": 0, "ActiveDeadlineSeconds": 1260,
+              "Tolerations": TOLERATIONS,
     }
     fields.update(overrides)
     return fields
@@ -120,8 +122,10 @@ def test_every_declared_field_is_used_by_a_template():
 
 def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
     fields = {"JobName": "gpu-capacity-n1", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Command": ["nvidia-smi", "-L"],
-              "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}]}
+              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
+              "Requests": {"cpu": "48", "memory": "64Gi"}, "Command": ["nvidia-smi", "-L"],
+              "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}],
+              "Tolerations": TOLERATIONS}
     (job,) = render("per-node-job.yaml", fields)
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeName"] == "n1" and pod["containers"][0]["command"] == ["nvidia-smi", "-L"]
@@ -135,7 +139,8 @@ def test_daemonset_template_mounts_host_folders_read_only_on_the_node_type():
               "Image": "img:1", "Command": ["sh", "-c", "true"], "Env": [],
               "NodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
               "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
-              "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]}
+              "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}],
+              "Tolerations": TOLERATIONS}
     (daemonset,) = render("daemonset.yaml", fields)
     pod = daemonset["spec"]["template"]["spec"]
     assert daemonset["spec"]["selector"]["matchLabels"] == daemonset["spec"]["template"]["metadata"]["labels"]

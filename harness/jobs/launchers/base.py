@@ -10,20 +10,49 @@ from typing import Any, ClassVar
 from harness.cluster.logs import CapturedLog
 from harness.cluster.resources import Obj, Resource
 from harness.cluster.wait import Condition
-from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from harness.config.topology import DEFAULT_TOLERATIONS, EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from harness.jobs.workload import Placement, Rendering, Workload
 
 MASTER_PORT = 29500
 
 
+def pod_tolerations(placement: Placement) -> list[dict[str, str]]:
+    """The tolerations of every pod the suite creates, any launcher's (harness.config.topology's
+    DEFAULT_TOLERATIONS, and TOLERATIONS'): the one place a template's pods get theirs."""
+    return [*map(dict, DEFAULT_TOLERATIONS), *map(dict, placement.extra_tolerations)]
+
+
+# GPU pods request this share of their node's allocatable CPU and memory (the smallest node's), no
+# limit. Without requests they were BestEffort: first evicted and OOM-killed under memory pressure,
+# and the least CPU share when the node is busy. Half, not all: allocatable does not subtract the
+# DaemonSets every GPU node runs (CNI, kube-proxy, device plugins, DCGM exporter), whose requests
+# would leave an all-of-it pod Pending; no limit, so the job still uses the whole node. A GPU pod
+# asks for all the node's GPUs, so no second one shares the node anyway.
+NODE_REQUEST_FRACTION = 0.5
+
+
+def node_requests(placement: Placement) -> dict[str, str]:
+    """The CPU and memory a GPU pod requests (NODE_REQUEST_FRACTION of allocatable); none on
+    ACCELERATOR=cpu (a CPU per process there) or where the nodes say nothing."""
+    if placement.accelerator == "cpu":
+        return {}
+    requests = {}
+    if placement.node_allocatable_cpu > 0:
+        requests["cpu"] = f"{int(placement.node_allocatable_cpu * 1000 * NODE_REQUEST_FRACTION)}m"
+    if placement.node_allocatable_memory > 0:
+        requests["memory"] = str(int(placement.node_allocatable_memory * NODE_REQUEST_FRACTION))
+    return requests
+
+
 def worker_resources(placement: Placement) -> dict[str, Any]:
-    """A worker's requests: a CPU per process on ACCELERATOR=cpu, else its GPUs and EFA devices."""
+    """A worker's requests: a CPU per process on ACCELERATOR=cpu, else its GPUs and EFA devices
+    (limits and requests) and node_requests' CPU and memory."""
     if placement.accelerator == "cpu":
         return {"requests": {"cpu": str(placement.processes_per_node)}}
     limits: dict[str, Any] = {GPU_RESOURCE: placement.processes_per_node}
     if placement.efa_per_node:
         limits[EFA_RESOURCE] = placement.efa_per_node
-    return {"limits": limits, "requests": dict(limits)}
+    return {"limits": limits, "requests": {**limits, **node_requests(placement)}}
 
 
 def env_values(workload: Workload, placement: Placement, master_addr: str | None) -> dict[str, str]:
@@ -59,7 +88,8 @@ def container_env(workload: Workload, placement: Placement, master_addr: str | N
 
 def common_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
     return {"JobName": workload.job_name, "Namespace": placement.namespace, "Labels": dict(placement.labels),
-            "PodAnnotations": dict(placement.pod_annotations), "Image": workload.image or placement.image}
+            "PodAnnotations": dict(placement.pod_annotations), "Image": workload.image or placement.image,
+            "Tolerations": pod_tolerations(placement)}
 
 
 def worker_fields(workload: Workload, placement: Placement) -> dict[str, Any]:

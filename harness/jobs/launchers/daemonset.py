@@ -4,6 +4,7 @@ containerd check); done when a Ready pod runs on each selected node."""
 from __future__ import annotations
 
 from harness.cluster.conditions import (
+    daemonset_short,
     pods_ready_on_nodes,
 )
 from harness.cluster.labels import job_selector
@@ -36,3 +37,8 @@ class DaemonSetCheck(Launcher):
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return pods_ready_on_nodes(placement.namespace, job_selector(workload.job_name), placement.node_names)
+
+    def failed(self, workload: Workload, placement: Placement) -> list[Condition]:
+        """The DaemonSet will not place a pod on every selected node (an untolerated taint): fails in
+        seconds, naming the nodes and why, instead of waiting JOB_TIMEOUT for pods never created."""
+        return [daemonset_short(placement.namespace, workload.job_name, placement.node_names)]

@@ -13,6 +13,7 @@ from harness.jobs.launchers.base import (
     Launcher,
     common_fields,
     container_env,
+    node_requests,
 )
 from harness.jobs.workload import Placement, Rendering, Workload
 
@@ -28,6 +29,7 @@ class PerNode(Launcher):
         common = common_fields(workload, placement)
         return [Rendering("per-node-job.yaml", {
             **common, "JobName": job_name, "NodeName": node, "GPUPerNode": placement.processes_per_node,
+            "Requests": node_requests(placement), "Capabilities": list(workload.capabilities),
             "Command": workload.program(), "Env": container_env(workload, placement, None)})
             for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
 
