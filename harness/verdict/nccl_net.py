@@ -52,6 +52,8 @@ class NcclNetScan:
             return
         head = text[:at].split()  # `host:pid:tid [dev]`
         host = head[0].split(":", 1)[0] if head and head[0].count(":") >= 2 else pod
+        if host != pod and host not in node_of_host:
+            host = f"{host} (pod {pod})"  # a host name no pod has: the pod that printed it ran it
         entry = self.hosts.setdefault(host, HostNet(host, node_of_host.get(host, node)))
         entry.info_lines += 1
         text = text[at + len(NCCL_INFO):].strip()

@@ -70,7 +70,8 @@ def test_no_efa_line_or_a_silent_node_fails_and_a_user_level_is_not_applicable()
     no_plugin = [("p-0", NODES[0], [line for line in efa_lines("h0") if "Bootstrap" in line]),
                  ("p-1", NODES[1], efa_lines("h1"))]
     check = check_nccl_net(scan_nccl_net(no_plugin, {}), WHY, "INFO", NODES)
-    assert check.status is Status.FAIL and "no NET/OFI or NET/Libfabric line on h0 on node kwok-p5-0" in check.message
+    assert check.status is Status.FAIL
+    assert "no NET/OFI or NET/Libfabric line on h0 (pod p-0) on node kwok-p5-0" in check.message
     silent = check_nccl_net(scan_nccl_net([("p-0", NODES[0], efa_lines("h0"))], {}), WHY, "INFO", NODES)
     assert silent.status is Status.FAIL and "no NCCL INFO line came from node kwok-p5-1" in silent.message
     user = check_nccl_net(scan_nccl_net([], {}), WHY, "WARN", NODES)
@@ -106,3 +107,15 @@ def test_nccl_debug_info_is_set_when_efa_is_expected_unless_the_user_set_it(monk
     assert "NCCL_DEBUG" not in placement_for(context(0), "ns", workload).pod_env  # type: ignore[arg-type]
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     assert placement_for(context(32), "ns", workload).pod_env["NCCL_DEBUG"] == "WARN"  # type: ignore[arg-type]
+
+
+def test_one_canned_log_served_to_every_pod_counts_once_per_pod():
+    # The local cluster serves one file to each pod: an unknown host name is the printing pod's.
+    lines = (CANNED / "allreduce-16gpus.log").read_text().splitlines()
+    pods = [("nccl-allreduce-0-x", NODES[0], lines), ("nccl-allreduce-1-y", NODES[1], lines)]
+    assert check_nccl_net(scan_nccl_net(pods, {}), WHY, "INFO", NODES).status is Status.PASS
+    socket = (CANNED / "allreduce-16gpus-socket.log").read_text().splitlines()
+    check = check_nccl_net(scan_nccl_net([pods[0], ("nccl-allreduce-1-y", NODES[1], socket)], {}), WHY, "INFO",
+                           NODES)
+    assert check.status is Status.FAIL
+    assert "ip-10-1-0-5 (pod nccl-allreduce-1-y) on node kwok-p5-1 ('NET/Socket : Using" in check.message
