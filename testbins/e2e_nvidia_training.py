@@ -9,7 +9,7 @@ import sys
 from harness.cluster.conditions import log_line_matches, pods_ready
 from harness.cluster.logs import Heading
 from harness.cluster.resources import POD
-from harness.config.settings import Config
+from harness.config.settings import Config, Source
 from harness.errors import TestFailure
 from harness.framework.context import TestContext
 from harness.framework.suite import Suite
@@ -39,13 +39,34 @@ def workload_size(cfg: Config, workload: str) -> str:
     return SIZES[workload][size]
 
 
+# Upstream's BERT image (aws-k8s-tester test/images/nvidia-training) runs `python train.py` in its
+# WORKDIR /app on every rank, under mpirun (its rank comes from OMPI_COMM_WORLD_*).
+UPSTREAM_BERT_PROGRAM = "python train.py"
+# An image given by --bertTrainingImage runs ours when it has the workloads package, else its own
+# program as upstream's test does. find_spec imports only the package's __init__, not torch.
+BERT_IMAGE_PROGRAM = (
+    'if python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec(\'workloads.bert\') is None)" '
+    '2>/dev/null; then exec python -m workloads.bert "$@"; fi; '
+    f'echo "bert-training: the image has no workloads package: running its own {UPSTREAM_BERT_PROGRAM} '
+    f'(upstream\'s BERT)" >&2; exec {UPSTREAM_BERT_PROGRAM}'
+)
+
+
 def bert_workload(cfg: Config) -> Workload:
-    """Ours (`python -m workloads.bert`), or the image's own program given by TRAINING_COMMAND
-    (upstream's BERT image: `python train.py`, whose log format the metrics parser reads)."""
+    """Ours (`python -m workloads.bert`) in TRAINING_IMAGE; in the image --bertTrainingImage names,
+    ours when the image has the workloads package, else the image's own program as upstream's test
+    runs it (`python train.py` under mpirun: the mpi launcher unless LAUNCHER was set); the command
+    TRAINING_COMMAND gives overrides both (whose log format the metrics parser reads)."""
+    image = cfg.bert_training_image  # None: TRAINING_IMAGE
     if cfg.training_command:
         program, *args = cfg.training_command
-        return Workload("bert-training", binary=program, args=tuple(args))
-    return Workload("bert-training", "workloads.bert", ("--size", workload_size(cfg, "bert")))
+        return Workload("bert-training", binary=program, args=tuple(args), image=image)
+    ours = ("--size", workload_size(cfg, "bert"))
+    if image is None:
+        return Workload("bert-training", "workloads.bert", ours)
+    launcher = "mpi" if cfg.origin("launcher").source is Source.DEFAULT else None
+    return Workload("bert-training", binary="sh", args=("-c", BERT_IMAGE_PROGRAM, "bert-training", *ours),
+                    image=image, launcher=launcher)
 
 
 @SUITE.test("TestBertTraining", feature="bert-training", labels=GPU, assessments=("BERT training Job succeeds",))

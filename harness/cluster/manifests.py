@@ -51,6 +51,7 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "Capabilities": "Linux capabilities a per-node pod's program needs (all others dropped)",
     "Requests": "CPU and memory a per-node pod requests (a share of the node's allocatable; none on cpu)",
     "Tolerations": "tolerations of every pod (the GPU and EFA taints, and TOLERATIONS')",
+    "NodeAffinity": "the pods' nodeAffinity: the nodes discovery chose, by name (launchers.base.node_affinity)",
     "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
     "Volumes": "the hostPath volumes behind VolumeMounts",
 }

@@ -17,6 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from harness import __version__
 from harness.config.redaction import looks_secret, redact
 from harness.config.values import (
     Tolerations,
@@ -48,6 +49,18 @@ E2E_FRAMEWORK = "e2e-framework flags"
 KLOG = "klog flags"
 DEFAULT_ARTIFACTS = "_artifacts"
 # upstream's default --pytorchImage (test/cases/nvidia/main_test.go): an AWS Deep Learning Container.
+# The images this project builds (`hack/images build`; their names are hack/images_build/names.py's),
+# tagged with the project's version, never `latest`: no registry serves them, a node runs what was
+# imported into its containerd (imagePullPolicy IfNotPresent in every template).
+PROJECT_IMAGE_REPOSITORY = "kubetest2-training"
+
+
+def project_image(name: str) -> str:
+    """`kubetest2-training/<name>:<project version>`: the harness's default for one of its images."""
+    return f"{PROJECT_IMAGE_REPOSITORY}/{name}:{__version__}"
+
+
+WORKLOADS_IMAGE, NCCL_TESTS_IMAGE = project_image("workloads"), project_image("nccl-tests")
 UPSTREAM_PYTORCH_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/"
                           "pytorch-training:2.1.0-gpu-py310-cu121-ubuntu20.04-ec2")
 
@@ -190,9 +203,13 @@ class Config:
                                        "true or false", flags=("efaEnabled",), is_bool_flag=True)
     accelerator: str = setting("nvidia (NCCL, GPU requests) or cpu (gloo, no GPU requests)",
                                choice("nvidia", "cpu"), "nvidia or cpu", env="ACCELERATOR", default="nvidia")
-    training_image: str = setting("image of the training workloads (TestBertTraining and ours)", parse_image,
-                                  "an image reference", env="TRAINING_IMAGE", flags=("bertTrainingImage",),
-                                  default="kubetest2-training/workloads:latest")
+    training_image: str = setting("image of the training workloads (every training test; TestBertTraining's "
+                                  "unless --bertTrainingImage)", parse_image, "an image reference",
+                                  env="TRAINING_IMAGE", default=WORKLOADS_IMAGE)
+    bert_training_image: str | None = setting(
+        "image of TestBertTraining alone (upstream's flag): one without the workloads package (upstream's BERT "
+        "image) runs its own `python train.py` under mpirun, as upstream's test does; unset: TRAINING_IMAGE",
+        parse_image, "an image reference", env="BERT_TRAINING_IMAGE", flags=("bertTrainingImage",))
     training_command: tuple[str, ...] | None = setting(
         "command every training process runs instead of `python -m workloads.<name> ...`, for an image "
         "without the workloads package (upstream's BERT image: `python train.py`); TestBertTraining only",
@@ -202,7 +219,7 @@ class Config:
                                  default=UPSTREAM_PYTORCH_IMAGE)
     nccl_tests_image: str = setting("image with nccl-tests, OpenMPI and upstream's gpu_unit_tests",
                                     parse_image, "an image reference", env="NCCL_TESTS_IMAGE",
-                                    flags=("nvidiaTestImage",), default="kubetest2-training/nccl-tests:latest")
+                                    flags=("nvidiaTestImage",), default=NCCL_TESTS_IMAGE)
     skip_unit_test_subcommand: str | None = setting("passed to upstream's gpu_unit_tests as SKIP_TESTS_SUBCOMMAND "
                                                     "(TestSingleNodeUnitTest)", parse_text, "text",
                                                     env="SKIP_UNIT_TEST_SUBCOMMAND",

@@ -1,5 +1,9 @@
 """What discovery found: the node type, the nodes to use, GPUs and EFA per node, and where each
-value came from (a setting the user gave, or the nodes' labels and capacity)."""
+value came from (a setting the user gave, or the nodes' labels and allocatable resources).
+
+A node's GPUs and EFA devices are its `status.allocatable`, what pods can be given: a GPU the
+device plugin marked unhealthy stays in `status.capacity` but leaves allocatable, so counting
+capacity would pass a node that cannot run the job. Capacity is kept to say both in a failure."""
 
 from __future__ import annotations
 
@@ -47,33 +51,58 @@ def quantity(value: str | None) -> float:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """A node as discovery sees it: its type, GPU and EFA capacity, and whether pods can run there."""
+    """A node as discovery sees it: its type, allocatable GPUs and EFA devices (capacity beside,
+    None when it is the same), and whether pods can run there."""
 
     name: str
     instance_type: str
-    gpus: int
-    efa: int
+    gpus: int  # allocatable nvidia.com/gpu
+    efa: int  # allocatable vpc.amazonaws.com/efa
     ready: bool
     # CPUs (ids 0..cpus-1: capacity), and what pods may request (allocatable): GPU pods' requests.
     cpus: int = 0
     allocatable_cpu: float = 0.0
     allocatable_memory: float = 0.0  # bytes
+    gpus_capacity: int | None = None  # status.capacity, when it differs from allocatable
+    efa_capacity: int | None = None
+
+    def capacity_of(self, resource: str) -> int:
+        """The node's status.capacity of GPUs or EFA devices."""
+        if resource == GPU_RESOURCE:
+            return self.gpus if self.gpus_capacity is None else self.gpus_capacity
+        return self.efa if self.efa_capacity is None else self.efa_capacity
+
+    def allocatable_of(self, resource: str) -> int:
+        return self.gpus if resource == GPU_RESOURCE else self.efa
+
+    def describe(self, resource: str) -> str:
+        """`8 allocatable nvidia.com/gpu`, or `7 allocatable nvidia.com/gpu (capacity 8)` when they differ."""
+        allocatable, capacity = self.allocatable_of(resource), self.capacity_of(resource)
+        differs = f" (capacity {capacity})" if capacity != allocatable else ""
+        return f"{allocatable} allocatable {resource}{differs}"
 
     @classmethod
     def from_node(cls, node: dict[str, Any]) -> NodeInfo:  # a Node as the API returns it
         capacity = node.get("status", {}).get("capacity") or {}
+        # A node whose kubelet has not reported allocatable yet has none: read capacity then.
+        allocatable = node.get("status", {}).get("allocatable")
+        allocatable = capacity if allocatable is None else allocatable
+        gpus, efa = _quantity(allocatable.get(GPU_RESOURCE)), _quantity(allocatable.get(EFA_RESOURCE))
+        gpus_capacity, efa_capacity = _quantity(capacity.get(GPU_RESOURCE)), _quantity(capacity.get(EFA_RESOURCE))
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in node.get("status", {}).get("conditions") or [])
         schedulable = not node.get("spec", {}).get("unschedulable", False)
         return cls(
             name=node["metadata"]["name"],
             instance_type=(node["metadata"].get("labels") or {}).get(INSTANCE_TYPE_LABEL, "<unlabelled>"),
-            gpus=_quantity(capacity.get(GPU_RESOURCE)),
-            efa=_quantity(capacity.get(EFA_RESOURCE)),
+            gpus=gpus,
+            efa=efa,
             ready=ready and schedulable,
             cpus=int(quantity(capacity.get("cpu"))),
             allocatable_cpu=quantity((node.get("status", {}).get("allocatable") or {}).get("cpu")),
             allocatable_memory=quantity((node.get("status", {}).get("allocatable") or {}).get("memory")),
+            gpus_capacity=None if gpus_capacity == gpus else gpus_capacity,
+            efa_capacity=None if efa_capacity == efa else efa_capacity,
         )
 
 
@@ -82,7 +111,7 @@ NODES_DESCRIBED = 10
 
 
 def describe_nodes(nodes: list[NodeInfo]) -> str:
-    shown = ", ".join(f"{n.name} ({n.instance_type}, {n.gpus} GPUs, {'Ready' if n.ready else 'NotReady'})"
+    shown = ", ".join(f"{n.name} ({n.instance_type}, {n.describe(GPU_RESOURCE)}, {'Ready' if n.ready else 'NotReady'})"
                       for n in nodes[:NODES_DESCRIBED])
     more = f" and {len(nodes) - NODES_DESCRIBED} more" if len(nodes) > NODES_DESCRIBED else ""
     return shown + more or "none"

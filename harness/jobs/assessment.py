@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.framework.context import TestContext
-from harness.jobs.job import Job
-from harness.metrics.records import WorkloadMetrics
+from harness.jobs.job import Job, efa_expected
+from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.report.results import MetricsMeta
-from harness.verdict.checks import Verdict
+from harness.verdict.checks import Check, Verdict
+from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
 from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training
 
 # Not reported in the one-line summary: identities, not measurements.
@@ -56,14 +57,31 @@ def record_verdict(t: TestContext, verdict: Verdict, metrics: WorkloadMetrics | 
     verdict.raise_if_failed()
 
 
-def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int,
-                     workload: str) -> tuple[Verdict, MetricsMeta]:
+def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int, workload: str,
+                     processes_per_node: int | None = None) -> tuple[Verdict, MetricsMeta]:
     """The training verdict of a job's metrics (harness.verdict.training.judge_training, as the offline
     `python -m harness.verdict` runs it) with this test's expectations, and how to read the metrics."""
     spec = WORKLOADS[workload]
     expect = Expectation(t.name, spec, world_size, t.topology.node_type, t.cfg.straggler_fraction,
-                         t.cfg.min_throughput_per_gpu)
+                         t.cfg.min_throughput_per_gpu, t.cfg.accelerator, processes_per_node)
     return judge_training(metrics, expect), MetricsMeta(world_size, spec.throughput_key, spec.unit)
+
+
+def check_efa_path(t: TestContext, job: Job) -> Check | None:
+    """With EFA expected on a multi-node job: every host's NCCL used EFA, not sockets (None: not expected)."""
+    why = efa_expected(t, job.node_count)
+    if why is None:
+        return None
+    node_of_host: dict[str, str] = {}
+    for name, pod in job.pods_seen.items():
+        node = pod.get("spec", {}).get("nodeName") or "?"
+        node_of_host[name] = node
+        if hostname := pod.get("spec", {}).get("hostname"):
+            node_of_host[hostname] = node
+    logs = [(e.pod, e.node, read_lines(e.path)) for e in job.capture_logs() if not e.previous and e.path.exists()]
+    # pod_env's NCCL_DEBUG: INFO (set for this check) unless the user set another level
+    return check_nccl_net(scan_nccl_net(logs, node_of_host), why, job.placement.pod_env.get("NCCL_DEBUG"),
+                          job.placement.node_names)
 
 
 def assess(t: TestContext, job: Job, workload: str | None = None,
@@ -78,7 +96,10 @@ def assess(t: TestContext, job: Job, workload: str | None = None,
     if workload is None:
         verdict, meta = Verdict([check_parse(metrics)]), None
     else:
-        verdict, meta = training_verdict(t, metrics, job.world_size, workload)
+        verdict, meta = training_verdict(t, metrics, job.world_size, workload,
+                                         job.placement.processes_per_node)
+        if (efa := check_efa_path(t, job)) is not None:
+            verdict.add(efa)
     if more is not None:
         verdict.extend(more(metrics))
     record_verdict(t, verdict, metrics, meta)

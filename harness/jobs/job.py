@@ -29,6 +29,7 @@ from harness.framework.context import RunContext, TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
 from harness.jobs.job_metrics import LogScans, job_metrics
 from harness.jobs.launchers import LAUNCHERS, Launcher, rank_locations
+from harness.jobs.no_gpu import explain_no_gpu
 from harness.jobs.workload import Placement, Rendering, Workload
 from harness.metrics.records import WorkloadMetrics
 from harness.report.junit import Outcome
@@ -47,14 +48,29 @@ JUNIT_LOG_TAIL = 48 * 1024
 JUNIT_LOGS_BUDGET = 16 * 1024 * 1024
 
 
+def efa_expected(t: TestContext, node_count: int) -> str | None:
+    """Why a job of `node_count` nodes must use EFA (a multi-node job, EFA_PER_NODE > 0 or
+    --efaEnabled=true), or None."""
+    if node_count < 2:
+        return None
+    if t.topology.efa_per_node > 0:
+        return f"EFA expected ({t.topology.efa_per_node} vpc.amazonaws.com/efa per node, {node_count} nodes)"
+    if t.cfg.efa_enabled:
+        return f"EFA expected (--efaEnabled=true, {node_count} nodes)"
+    return None
+
+
 def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placement:
     """Where the workload runs: the topology's nodes (its first `workload.nodes` of them), the
     configuration's images, annotations and timeout."""
     topology, cfg = t.topology, t.cfg
     nodes = topology.node_names[: workload.nodes] if workload.nodes else topology.node_names
+    pod_env = pod_environment_passthrough()
+    if efa_expected(t, len(nodes)):  # NCCL says which network it used (judged by assessment.check_efa_path)
+        pod_env = {"NCCL_DEBUG": "INFO", **pod_env}
     return Placement(
         namespace=namespace, labels=job_labels(base_labels(cfg.run_id, t.name), workload.job_name),
-        pod_annotations=cfg.pod_annotations, pod_env=pod_environment_passthrough(),
+        pod_annotations=cfg.pod_annotations, pod_env=pod_env,
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
         efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
         job_timeout=cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
@@ -141,6 +157,8 @@ class Job:
                 wait_for(self.t.cluster, settle, timeout=FAILURE_SETTLE_SECONDS, cancel=self.t.cancel,
                          on_event=self._remember_pods)
         captured = self.capture_logs()
+        if (no_gpu := explain_no_gpu(str(exc), captured, exc.pod)) is not None:
+            return f"{no_gpu}\n{last_lines(captured, exc.pod) if exc.pod else ''}".rstrip()
         locations = rank_locations(list(self.pods_seen.values()), self.placement.processes_per_node)
         explained = self.launcher.explain_failure(str(exc), self.pods_seen, captured, locations)
         if explained is not None:

@@ -123,9 +123,11 @@ def decode_record(text: str, marker_at: int, marker: str) -> dict[str, Any]:
 
 # Keys whose value must be a whole number (with its minimum) or text, when present.
 WHOLE_KEYS = {"rank": 0, "world_size": 1, "local_rank": 0, "restart_count": 0, "steps_requested": 0,
-              "steps_completed": 0, "step": 0}
+              "steps_completed": 0, "step": 0, "local_world_size": 1, "gpus_visible": 0, "gpus_per_node": 0,
+              "compute_steps": 0}
 TEXT_KEYS = frozenset({"workload"})
-OPTIONAL_TEXT_KEYS = frozenset({"node", "pod", "device", "backend", "launcher", "probe_matmul_dtype"})
+OPTIONAL_TEXT_KEYS = frozenset({"node", "pod", "device", "backend", "launcher", "probe_matmul_dtype",
+                                "device_requested", "gpu_name"})
 # Numeric keys by name: their value is a number, or null when not measured (listed in nonfinite
 # when it was NaN/inf). Any key with one of these suffixes, or starting with probe_, is numeric.
 NUMBER_KEYS = frozenset({"loss", "ms", "loss_first", "loss_last", "loss_expected_first", "throughput",

@@ -1,5 +1,8 @@
 """What every node of a type should advertise (GPUs, EFA devices), and the nodes that fall short.
 
+A node's count is its allocatable (NodeInfo: a GPU the device plugin marked unhealthy is not
+allocatable); a node that falls short is named with both its allocatable and its capacity.
+
 The bar comes from the node type's row of harness/verdict/thresholds.yaml (the AWS EC2 specifications)
 or, for a type that is not listed, the most any node of that type advertises: never the
 minimum, so a node that lost a GPU cannot lower the bar. GPUS_PER_NODE / EFA_PER_NODE set
@@ -38,16 +41,21 @@ def expected_per_node(type_name: str, nodes: Iterable[NodeInfo], resource: str) 
                     "harness/verdict/thresholds.yaml)", False)
 
 
+def _unusable(node: NodeInfo, resource: str) -> str:
+    missing = node.capacity_of(resource) - node.allocatable_of(resource)
+    return f": {missing} not allocatable (unhealthy, as the device plugin reports)" if missing > 0 else ""
+
+
 def check_advertised(nodes: Iterable[NodeInfo], resource: str, expected: Expected) -> Check:
     """Every node advertises at least the expected count of `resource`; the short ones are named."""
     name = "capacity.gpus" if resource == GPU_RESOURCE else "capacity.efa"
     nodes = list(nodes)
-    short = [f"node {n.name} advertises {n.gpus if resource == GPU_RESOURCE else n.efa} {resource}"
-             for n in nodes if (n.gpus if resource == GPU_RESOURCE else n.efa) < expected.count]
+    short = [f"node {n.name} has {n.describe(resource)}" + _unusable(n, resource)
+             for n in nodes if n.allocatable_of(resource) < expected.count]
     if short:
         return Check.failed(name, f"capacity: {'; '.join(short)}, expected {expected.count} per node "
                                   f"({expected.source})", expected=expected.count)
-    return Check.passed(name, f"all {len(nodes)} nodes advertise >= {expected.count} {resource} "
+    return Check.passed(name, f"all {len(nodes)} nodes have >= {expected.count} allocatable {resource} "
                               f"({expected.source})", expected=expected.count)
 
 

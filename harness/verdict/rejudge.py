@@ -127,7 +127,9 @@ def judge(args: argparse.Namespace, metrics: WorkloadMetrics, result: dict[str, 
         raise UsageProblem("--world-size: how many ranks the job ran (no result.json says)")
     spec = WORKLOADS[TEST_WORKLOADS[args.test]]
     verdict = judge_training(metrics, Expectation(args.test, spec, world_size, args.node_type,
-                                                  args.straggler_fraction, args.min_throughput_per_gpu))
+                                                  args.straggler_fraction, args.min_throughput_per_gpu,
+                                                  _config_value(result, "accelerator"),
+                                                  _whole(_config_value(result, "gpus_per_node"))))
     if spec.workload == "allreduce":
         verdict.extend(_busbw(args, metrics, "allreduce", nodes))
     return verdict

@@ -55,6 +55,8 @@ class Expectation:
     node_type: str | None = None  # None: no node type's thresholds apply
     straggler_fraction: float = 0.7
     min_throughput_per_gpu: float | None = None  # MIN_THROUGHPUT_PER_GPU
+    accelerator: str | None = None  # ACCELERATOR; None: not known (the device checks do not apply)
+    processes_per_node: int | None = None  # what the harness launched on every node (gpus_per_node)
 
 
 def check_parse(metrics: WorkloadMetrics) -> Check:
@@ -196,6 +198,86 @@ def check_replicas(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
     return Check.passed("replicas", f"params_checksum equal on all {len(metrics.ranks)} ranks")
 
 
+GPU_ACCELERATOR = "nvidia"
+
+
+def _device_problems(rank: RankMetrics) -> list[str]:
+    """What is wrong with one rank's device on a GPU run: each item a kind of problem, so the
+    ranks that share one are named together."""
+    values, problems = rank.values, []
+    local, device = values.get("local_rank"), values.get("device")
+    if local is None:
+        problems.append("no local_rank reported")
+    elif device != f"cuda:{local}":
+        problems.append(f"device {device or 'not reported'} instead of cuda:<local_rank>")
+    for key, expected in (("device_requested", "cuda"), ("backend", "nccl")):
+        if values.get(key) != expected:
+            problems.append(f"{key} {values.get(key) or 'not reported'}, expected {expected}")
+    return problems
+
+
+def _grouped(by_problem: dict[str, list[RankMetrics]]) -> str:
+    """`problem on ranks 0-7 (nodes a, b)` for each problem."""
+    parts = []
+    for problem, ranks in by_problem.items():
+        nodes = sorted({r.node or "?" for r in ranks})
+        pods = sorted({r.pod or "?" for r in ranks})
+        shown = ", ".join(nodes[:MAX_LISTED]) + (f" and {len(nodes) - MAX_LISTED} more" if len(nodes) > MAX_LISTED
+                                                 else "")
+        pods_shown = ", ".join(pods[:MAX_LISTED]) + (" ..." if len(pods) > MAX_LISTED else "")
+        parts.append(f"{problem} on ranks {rank_ranges(r.rank for r in ranks)} (node{'s' * (len(nodes) > 1)} "
+                     f"{shown}; pod{'s' * (len(pods) > 1)} {pods_shown})")
+    return "; ".join(parts)
+
+
+def _gpu_checks_apply(metrics: WorkloadMetrics, expect: Expectation, name: str) -> Check | None:
+    """Not-applicable with the reason when the run is not a GPU run or its logs carry no device."""
+    if expect.accelerator is None:
+        return Check.not_applicable(name, "the accelerator is not known (ACCELERATOR)")
+    if expect.accelerator != GPU_ACCELERATOR:
+        return Check.not_applicable(name, f"ACCELERATOR={expect.accelerator}: no GPU expected")
+    if metrics.source_format != FORMAT_KT2T:
+        return Check.not_applicable(name, f"{FORMAT_NAMES[metrics.source_format]} carry no device fields")
+    return None
+
+
+def check_device(metrics: WorkloadMetrics, expect: Expectation) -> Check:
+    """ACCELERATOR=nvidia: every rank trained on its own GPU (device cuda:<local_rank>, asked for
+    cuda, NCCL), so a node whose CUDA is broken cannot pass by training on the CPU."""
+    if (skip := _gpu_checks_apply(metrics, expect, "device")) is not None:
+        return skip
+    by_problem: dict[str, list[RankMetrics]] = {}
+    for rank in metrics.ranks:
+        for problem in _device_problems(rank):
+            by_problem.setdefault(problem, []).append(rank)
+    if by_problem:
+        return Check.failed("device", f"device: ACCELERATOR={GPU_ACCELERATOR} but not every rank ran on its GPU "
+                                      f"with NCCL: {_grouped(by_problem)}")
+    return Check.passed("device", f"all {len(metrics.ranks)} ranks on cuda:<local_rank> with nccl")
+
+
+def check_gpus(metrics: WorkloadMetrics, expect: Expectation) -> Check:
+    """ACCELERATOR=nvidia: every rank saw at least as many GPUs as its node runs ranks
+    (gpus_visible >= local_world_size) and its gpus_per_node is what the harness launched."""
+    if (skip := _gpu_checks_apply(metrics, expect, "gpus")) is not None:
+        return skip
+    by_problem: dict[str, list[RankMetrics]] = {}
+    for rank in metrics.ranks:
+        visible, local = rank.values.get("gpus_visible"), rank.values.get("local_world_size")
+        per_node = rank.values.get("gpus_per_node")
+        if visible is None or local is None:
+            by_problem.setdefault("reported no gpus_visible or local_world_size", []).append(rank)
+        elif visible < local:
+            by_problem.setdefault(f"{visible} GPUs visible for {local} processes on the node", []).append(rank)
+        if expect.processes_per_node is not None and per_node != expect.processes_per_node:
+            by_problem.setdefault(f"gpus_per_node {per_node if per_node is not None else 'not reported'}, the "
+                                  f"harness launched {expect.processes_per_node} per node", []).append(rank)
+    if by_problem:
+        return Check.failed("gpus", f"gpus: {_grouped(by_problem)}")
+    per = f", gpus_per_node {expect.processes_per_node}" if expect.processes_per_node is not None else ""
+    return Check.passed("gpus", f"every rank saw >= local_world_size GPUs{per}")
+
+
 def check_minimum(metrics: WorkloadMetrics, expect: Expectation, verdict: Verdict) -> Check:
     """The node type's minimum throughput per GPU (BERT; MIN_THROUGHPUT_PER_GPU overrides); the
     minimum is drawn on the report's chart (verdict.references)."""
@@ -219,6 +301,7 @@ def judge_training(metrics: WorkloadMetrics, expect: Expectation) -> Verdict:
     """Every check of a training test, in order; the first failing one is the test's message."""
     verdict = Verdict()
     verdict.add([check_parse(metrics), check_workload(metrics, expect), check_ranks(metrics, expect.world_size),
+                 check_device(metrics, expect), check_gpus(metrics, expect),
                  check_steps(metrics), check_throughput(metrics, expect.spec), check_loss(metrics, expect.spec),
                  check_replicas(metrics, expect.spec), check_minimum(metrics, expect, verdict)])
     throughput = Compared(expect.spec.throughput_key, expect.spec.unit)

@@ -19,7 +19,7 @@ def test_a_node_that_lost_a_gpu_fails_naming_it_and_what_it_advertises():
     assert (expected.count, expected.from_table) == (8, True)
     check = check_advertised(nodes, GPU_RESOURCE, expected)
     assert check.status is Status.FAIL
-    assert check.message.startswith("capacity: node ip-10-0-1-6 advertises 7 nvidia.com/gpu, expected 8 per node "
+    assert check.message.startswith("capacity: node ip-10-0-1-6 has 7 allocatable nvidia.com/gpu, expected 8 per node "
                                     "(p4d.24xlarge table in harness/verdict/thresholds.yaml (source aws-ec2-specs))")
 
 
@@ -27,7 +27,7 @@ def test_an_unknown_type_takes_the_most_advertised_not_the_fewest():
     nodes = [node("a", "custom", gpus=7), node("b", "custom", gpus=8)]
     expected = expected_per_node("custom", nodes, GPU_RESOURCE)
     assert (expected.count, expected.from_table) == (8, False)
-    assert "node a advertises 7" in check_advertised(nodes, GPU_RESOURCE, expected).message
+    assert "node a has 7 allocatable" in check_advertised(nodes, GPU_RESOURCE, expected).message
 
 
 def test_efa_is_judged_when_in_use_and_not_applicable_otherwise():
@@ -36,7 +36,7 @@ def test_efa_is_judged_when_in_use_and_not_applicable_otherwise():
     nodes = (node("a", "p5.48xlarge", efa=32), node("b", "p5.48xlarge", efa=31))
     verdict = judge_advertised(Topology("p5.48xlarge", nodes, 8, 32, origins))
     (efa,) = verdict.failures
-    assert efa.name == "capacity.efa" and "node b advertises 31 vpc.amazonaws.com/efa, expected 32" in efa.message
+    assert efa.name == "capacity.efa" and "node b has 31 allocatable vpc.amazonaws.com/efa, expected 32" in efa.message
     origins["efa_per_node"] = Origin(Source.DISCOVERED, "no node advertises vpc.amazonaws.com/efa")
     verdict = judge_advertised(Topology("p5.48xlarge", (node("a", efa=0),), 8, 0, origins))
     assert verdict.passed and verdict.checks[1].status is Status.NOT_APPLICABLE
@@ -47,3 +47,31 @@ def test_each_pod_must_see_every_gpu_of_its_node():
     check = check_gpus_seen([("p0", "a", 8), ("p1", "b", 6)], 8)
     assert check.message == "capacity: pod p1 on node b sees 6 GPUs, expected 8"
     assert check_gpus_seen([("p0", "a", 8)], 8).status is Status.PASS
+
+
+def api_node(name: str, allocatable: dict[str, str] | None, capacity: dict[str, str]) -> dict:
+    status = {"capacity": capacity, "conditions": [{"type": "Ready", "status": "True"}]}
+    if allocatable is not None:
+        status["allocatable"] = allocatable
+    return {"metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": "p5.48xlarge"}},
+            "status": status}
+
+
+def test_a_gpu_the_device_plugin_marked_unhealthy_does_not_count_and_both_numbers_are_said():
+    # The device plugin reports an unhealthy GPU: it stays in capacity, leaves allocatable.
+    degraded = NodeInfo.from_node(api_node("ip-10-0-1-6", {GPU_RESOURCE: "7", EFA_RESOURCE: "32"},
+                                           {GPU_RESOURCE: "8", EFA_RESOURCE: "32"}))
+    healthy = NodeInfo.from_node(api_node("ip-10-0-1-5", {GPU_RESOURCE: "8", EFA_RESOURCE: "32"},
+                                          {GPU_RESOURCE: "8", EFA_RESOURCE: "32"}))
+    assert (degraded.gpus, degraded.capacity_of(GPU_RESOURCE), degraded.efa) == (7, 8, 32)
+    check = check_advertised([healthy, degraded], GPU_RESOURCE, expected_per_node("p5.48xlarge", [], GPU_RESOURCE))
+    assert check.status is Status.FAIL
+    assert check.message.startswith("capacity: node ip-10-0-1-6 has 7 allocatable nvidia.com/gpu (capacity 8): 1 not "
+                                    "allocatable (unhealthy, as the device plugin reports), expected 8 per node"), \
+        check.message
+    assert "ip-10-0-1-5" not in check.message
+
+
+def test_a_node_without_allocatable_yet_is_read_from_capacity():
+    info = NodeInfo.from_node(api_node("n", None, {GPU_RESOURCE: "8"}))
+    assert (info.gpus, info.capacity_of(GPU_RESOURCE)) == (8, 8)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from harness.config.settings import SETTINGS, Config, Source, properties, report_lines, resolve
+from harness.config.settings import SETTINGS, WORKLOADS_IMAGE, Config, Source, properties, report_lines, resolve
 from harness.config.values import format_duration, parse_duration
 from harness.errors import ConfigError
 from harness.framework.cli import parse_args
@@ -48,7 +48,9 @@ def test_flag_beats_env_beats_default():
 
 
 def test_upstream_image_flags_set_their_images():
-    assert resolve_env({}, ["--bertTrainingImage", "repo/bert:1"]).training_image == "repo/bert:1"
+    bert = resolve_env({}, ["--bertTrainingImage", "repo/bert:1"])
+    # TestBertTraining's alone: the other training tests keep TRAINING_IMAGE
+    assert (bert.bert_training_image, bert.training_image) == ("repo/bert:1", WORKLOADS_IMAGE)
     assert resolve_env({}, ["-pytorchImage=repo/pt:2"]).pytorch_image == "repo/pt:2"
     assert resolve_env({}, ["--nvidiaTestImage=repo/nccl:3"]).nccl_tests_image == "repo/nccl:3"
 

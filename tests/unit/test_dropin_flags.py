@@ -87,7 +87,7 @@ def test_malformed_new_flags_name_the_flag_and_value(argv, needle):
 
 def test_pytorch_and_bert_images_configure_different_tests():
     cfg = resolve(parse_args(["--pytorchImage=repo/pt:1", "--bertTrainingImage=repo/bert:2"]), {})
-    assert (cfg.pytorch_image, cfg.training_image) == ("repo/pt:1", "repo/bert:2")
+    assert (cfg.pytorch_image, cfg.bert_training_image) == ("repo/pt:1", "repo/bert:2")
 
 
 def test_training_command_runs_the_images_own_program_for_bert():

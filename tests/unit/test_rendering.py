@@ -74,9 +74,10 @@ def test_mpi_forwards_every_variable_of_the_launcher_with_x():
     launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     command = launcher["command"]
     forwarded = [command[i + 1] for i, arg in enumerate(command) if arg == "-x"]
-    assert forwarded == ["PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NUM_GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT",
-                         "ACCELERATOR", "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "EXTRA"]
-    assert set(forwarded) - {"PATH", "LD_LIBRARY_PATH"} == set(env_of(launcher))  # nothing set is left behind
+    image = ["PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "LD_PRELOAD", "HF_HUB_OFFLINE"]
+    assert forwarded == [*image, "NCCL_DEBUG", "NUM_GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "ACCELERATOR",
+                         "OMP_NUM_THREADS", "EXTRA"]
+    assert set(forwarded) - set(image) == set(env_of(launcher)) - set(image)  # nothing set is left behind
     assert command[command.index("-np") + 1] == "4"
     assert command[-5:] == ["python", "-m", "workloads.bert", "--size", "tiny"]
     assert "NODE_NAME" not in env_of(launcher)  # it would be the launcher's node, not a rank's

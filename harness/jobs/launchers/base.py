@@ -92,10 +92,25 @@ def common_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
             "Tolerations": pod_tolerations(placement)}
 
 
+def node_affinity(placement: Placement) -> dict[str, Any]:
+    """A pod's nodeAffinity that pins it to the nodes discovery chose (placement.node_names), by
+    node name: one term per node (terms are ORed; the API allows one value per `metadata.name`
+    field selector), as the DaemonSet controller pins its pods, since a node's hostname label need
+    not be its name. Without it a pod may land on any node of the type while the NotReady watch and
+    the report name the chosen ones. Every template that places work uses it."""
+    if not placement.node_names:
+        raise ValueError("node_affinity: a placement with no node names (discovery chose none)")
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+             for name in placement.node_names]
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+
+
 def worker_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
-    """What the worker pods of torchrun and mpi share: replicas, resources, node selector."""
+    """What the worker pods of torchrun and mpi share: replicas, resources, node selector and the
+    chosen nodes."""
     return {**common_fields(workload, placement), "WorkerReplicas": placement.node_count,
-            "Resources": worker_resources(placement), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type}}
+            "Resources": worker_resources(placement), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
+            "NodeAffinity": node_affinity(placement)}
 
 
 class Launcher:

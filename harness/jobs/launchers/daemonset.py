@@ -15,6 +15,7 @@ from harness.jobs.launchers.base import (
     Launcher,
     common_fields,
     container_env,
+    node_affinity,
 )
 from harness.jobs.workload import Placement, Rendering, Workload
 
@@ -31,6 +32,7 @@ class DaemonSetCheck(Launcher):
         return [Rendering("daemonset.yaml", {
             **common_fields(workload, placement), "Command": workload.program(),
             "Env": container_env(workload, placement, None), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
+            "NodeAffinity": node_affinity(placement),
             "VolumeMounts": [{"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, (path, _) in
                              enumerate(mounts)],
             "Volumes": [{"name": f"host-{i}", "hostPath": {"path": host}} for i, (_, host) in enumerate(mounts)]})]

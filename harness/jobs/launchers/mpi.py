@@ -29,9 +29,15 @@ from harness.jobs.mpirun import explain_failure as explain_mpirun_failure
 from harness.jobs.mpirun import launcher_pods, launcher_runs
 from harness.jobs.workload import Placement, Rendering, Workload
 
-# Forwarded to every rank besides the launcher's env (-x is the only way a variable reaches a
-# rank: sshd gives the ranks neither the worker's env nor the launcher's): set by the image.
-MPIRUN_IMAGE_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
+# The image's environment, forwarded to every rank on purpose besides the launcher's env (-x is
+# the only way a variable reaches a rank: sshd gives the ranks neither the worker's env nor the
+# launcher's). Every ENV of workloads/Dockerfile is here or in MPIRUN_LAUNCHER_ONLY
+# (tests/unit/test_mpi_environment.py holds the two to the Dockerfile). A name the image does not
+# set (upstream's BERT image has no VIRTUAL_ENV) costs mpirun's one-line warning, nothing else.
+MPIRUN_IMAGE_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "LD_PRELOAD",
+                          "HF_HUB_OFFLINE")
+# The image's variables that are mpirun's own (read by the launcher, meaningless to a rank).
+MPIRUN_LAUNCHER_ONLY = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 # OpenMPI's own traffic on a real cluster: TCP over the pod network (not loopback or a docker
 # bridge), and not the cm PML (EFA's libfabric MTL is NCCL's; mpirun only bootstraps).
 MPIRUN_MCA = (("pml", "^cm"), ("btl", "tcp,self"), ("btl_tcp_if_exclude", "lo,docker0"))
