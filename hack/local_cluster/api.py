@@ -34,6 +34,10 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Logs": ("/apis/kwok.x-k8s.io/v1alpha1", "logs", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
+    "Endpoints": ("/api/v1", "endpoints", True),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
 }
 
 

@@ -41,9 +41,10 @@ def kubeconfig_path(settings: Settings, identity: str) -> Path:
     return settings.state_dir / "kubeconfigs" / f"{identity}.kubeconfig"
 
 
-def components(settings: Settings, pki: Pki) -> list[Component]:
-    """Every component, in the order they must start (each needs the ones before it)."""
-    c = ComponentCommands(settings, pki)
+def components(settings: Settings, pki: Pki, egress_config: Path | None = None) -> list[Component]:
+    """Every component, in the order they must start (each needs the ones before it); with
+    real nodes, `egress_config` routes the API server's traffic to nodes and pods (real_nodes/netd.py)."""
+    c = ComponentCommands(settings, pki, egress_config)
     return [c.etcd(), c.kube_apiserver(), c.kube_controller_manager(), c.kube_scheduler(), c.kwok(),
             c.mpi_operator(), c.node_agent()]
 
@@ -54,6 +55,7 @@ class ComponentCommands:
 
     settings: Settings
     pki: Pki
+    egress_config: Path | None = None
 
     @property
     def ports(self) -> dict[str, int]:
@@ -127,6 +129,7 @@ class ComponentCommands:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            *([f"--egress-selector-config-file={self.egress_config}"] if self.egress_config else []),
         ], *self.https_health("kube-apiserver", "/readyz"))
 
     def kube_controller_manager(self) -> Component:
