@@ -122,6 +122,8 @@ def kubelet_config(node: NodeLayout, pki_dir: Path) -> dict[str, Any]:
         "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": str(node.path("resolv.conf")),
         "podLogsDirectory": "/var/log/pods",
+        # Its default (/usr/libexec/kubernetes/...) would be created on the machine.
+        "volumePluginDir": str(node.path("volume-plugins")),
         # The images are imported, never pulled: garbage collection must not remove them, and a
         # full machine must not evict the test's pods (the harness watches the disk itself).
         "imageGCHighThresholdPercent": 100,

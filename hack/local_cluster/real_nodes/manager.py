@@ -276,7 +276,8 @@ class RealNodes:
             "coredns", [str(self.binary("coredns")), "-conf", str(corefile)],
             self.settings.logs_dir / "coredns.log",
             http_ok_in(layout.cluster_netns, f"http://127.0.0.1:{configs.CORE_DNS_READY_PORT}/ready"),
-            f"{layout.cgroup}/coredns", self.enter(cgroup=f"{layout.cgroup}/coredns", netns=linux.netns_path(layout.cluster_netns)),
+            f"{layout.cgroup}/coredns",
+            self.enter(cgroup=f"{layout.cgroup}/coredns", netns=linux.netns_path(layout.cluster_netns)),
             config_files=[corefile])
 
     def holder(self, node: NodeLayout) -> Process:
