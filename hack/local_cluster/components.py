@@ -130,7 +130,8 @@ class ComponentCommands:
             "--allow-privileged=true",
             "--profiling=false",
             *([f"--egress-selector-config-file={self.egress_config}"] if self.egress_config else []),
-        ], *self.https_health("kube-apiserver", "/readyz"))
+        ], *self.https_health("kube-apiserver", "/readyz"),
+            code_files=[self.egress_config] if self.egress_config else [])
 
     def kube_controller_manager(self) -> Component:
         return self.delegating_server(
@@ -143,6 +144,8 @@ class ComponentCommands:
             "--controllers=*",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allocate-node-cidrs=false",
+            # Its default, /usr/libexec/kubernetes/..., would be created on the machine.
+            f"--flex-volume-plugin-dir={self.settings.state_dir / 'flex-volume'}",
         )
 
     def kube_scheduler(self) -> Component:

@@ -53,6 +53,7 @@ def leftovers(layout: ClusterLayout) -> dict[str, list[str]]:
         "mounts": [str(m) for m in linux.mounts_under(layout.state_dir)],
         "cgroups": [str(h / layout.cgroup) for h in linux.cgroup_hierarchies() if (h / layout.cgroup).exists()],
         "processes": processes,
+        "files": [str(p) for p in Path("/run").glob(f"{layout.prefix}*")],
     }
 
 
@@ -97,4 +98,4 @@ def test_up_after_a_crash_then_down_leaves_nothing_behind(tmp_path: Path):
     finally:
         local_cluster(env, "down")
     assert not state.exists()
-    assert leftovers(layout) == {"namespaces": [], "mounts": [], "cgroups": [], "processes": []}
+    assert leftovers(layout) == {"namespaces": [], "mounts": [], "cgroups": [], "processes": [], "files": []}

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.stream import stream
 
-from .conftest import LocalCluster, real_node_names, wait_for, watch_pods
+from .conftest import REPO, LocalCluster, real_node_names, wait_for, watch_pods
+
+sys.path.insert(0, str(REPO / "hack"))
+from local_cluster.real_nodes.layout import ClusterLayout
 
 pytestmark = [pytest.mark.integration]
 
@@ -148,9 +152,9 @@ def _machine_addresses() -> list[str]:
 
 def test_the_apiserver_egress_refuses_addresses_outside_the_cluster(real_nodes: LocalCluster):
     """netd, the API server's way in, dials cluster and loopback addresses only."""
-    state = Path(real_nodes.kubeconfig).parent
+    layout = ClusterLayout(Path(real_nodes.kubeconfig).parent)
     with socket.socket(socket.AF_UNIX) as conn:
-        conn.connect(str(state / "real-nodes" / "netd.sock"))
+        conn.connect(str(layout.netd_socket))
         conn.sendall(b"CONNECT 1.1.1.1:443 HTTP/1.1\r\nHost: 1.1.1.1:443\r\n\r\n")
         answer = conn.recv(200).decode()
     assert answer.startswith("HTTP/1.1 403"), answer

@@ -62,14 +62,16 @@ def test_kube_proxy_leaves_the_global_conntrack_settings_alone(tmp_path: Path):
     assert config["mode"] == "iptables" and config["oomScoreAdj"] == 0
 
 
-def test_containerd_keeps_its_files_in_the_nodes_folder(tmp_path: Path):
+def test_containerd_keeps_its_files_in_the_nodes_own_folders(tmp_path: Path):
     node = ClusterLayout(tmp_path).node(0)
     text = configs.containerd_config(node, "x/pause:1")
-    assert f'root = "{node.dir}/containerd"' in text
+    # /var/lib and /run are the node's own (holder.py): its folder on disk and its tmpfs.
+    assert 'root = "/var/lib/containerd"' in text and 'state = "/run/containerd"' in text
     assert "restrict_oom_score_adj = true" in text and "SystemdCgroup = false" in text
-    assert str(node.containerd_socket) in text
+    assert f'address = "{node.containerd_socket}"' in text and str(node.containerd_socket).startswith("/run/")
+    assert str(node.path("cni", "net.d")) in text
     cni = configs.cni_config(node)
-    assert cni["plugins"][0]["ipam"]["dataDir"].startswith(str(node.dir))
+    assert cni["plugins"][0]["ipam"]["dataDir"].startswith("/var/lib/")
     assert cni["plugins"][0]["ipMasq"] is False
 
 

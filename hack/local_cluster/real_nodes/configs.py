@@ -33,11 +33,12 @@ KUBE_PROXY_HEALTHZ_PORT = 10256
 def containerd_config(node: NodeLayout, sandbox_image: str) -> str:
     """containerd 1.6 (config version 2): its own root, socket and CNI folders; runc with cgroupfs;
     restrict_oom_score_adj because this machine forbids negative oom_score_adj (runc otherwise
-    fails every sandbox: "can't get final child's PID from pipe: EOF"). Its state stays at
-    /run/containerd: the node's private tmpfs (holder.py)."""
+    fails every sandbox: "can't get final child's PID from pipe: EOF"). Paths are the node's own
+    (holder.py): /run is its tmpfs (state, sockets), /var/lib its folder on disk (root). Short
+    paths: a unix socket's path has at most 107 bytes, overlayfs' mount options one page."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{node.path('containerd')}"
+root = "/var/lib/containerd"
 state = "/run/containerd"
 oom_score = 0
 # Plugins that mount or reach outside the node's folders, or need what this machine lacks.
@@ -49,7 +50,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   address = "{node.containerd_socket}"
 
 [ttrpc]
-  address = "{node.containerd_socket}.ttrpc"
+  address = "{node.containerd_socket.with_name('containerd.sock.ttrpc')}"
 
 [{cri}]
   sandbox_image = "{sandbox_image}"
@@ -87,7 +88,7 @@ def cni_config(node: NodeLayout) -> dict[str, Any]:
         "plugins": [
             {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
              "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_cidr}]],
-                      "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(node.path("cni", "ipam"))}},
+                      "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "/var/lib/cni/networks"}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
     }
@@ -123,7 +124,7 @@ def kubelet_config(node: NodeLayout, pki_dir: Path) -> dict[str, Any]:
         "resolvConf": str(node.path("resolv.conf")),
         "podLogsDirectory": "/var/log/pods",
         # Its default (/usr/libexec/kubernetes/...) would be created on the machine.
-        "volumePluginDir": str(node.path("volume-plugins")),
+        "volumePluginDir": "/var/lib/kubelet/volume-plugins",
         # The images are imported, never pulled: garbage collection must not remove them, and a
         # full machine must not evict the test's pods (the harness watches the disk itself).
         "imageGCHighThresholdPercent": 100,
@@ -147,8 +148,8 @@ def kubelet_args(node: NodeLayout, kubelet_bin: Path, kubeconfig: Path, config: 
         str(kubelet_bin),
         f"--config={config}",
         f"--kubeconfig={kubeconfig}",
-        f"--root-dir={node.path('kubelet')}",
-        f"--cert-dir={node.path('kubelet', 'pki')}",
+        # The node's /var/lib (holder.py): <node folder>/var-lib/kubelet on disk.
+        "--root-dir=/var/lib/kubelet",
         f"--hostname-override={node.name}",
         f"--node-ip={node.ip}",
         "--node-labels=" + ",".join(f"{k}={v}" for k, v in labels.items()),

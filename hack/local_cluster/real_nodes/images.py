@@ -140,17 +140,18 @@ def test_image_archive(cache_dir: Path) -> Path:
     return archive
 
 
-def imported_images(node: NodeLayout) -> set[str]:
-    result = subprocess.run(["ctr", "--address", str(node.containerd_socket), "-n", CONTAINERD_NAMESPACE,
+def imported_images(node: NodeLayout, address: Path) -> set[str]:
+    """The images in the node's containerd (address: its socket as the machine reaches it)."""
+    result = subprocess.run(["ctr", "--address", str(address), "-n", CONTAINERD_NAMESPACE,
                              "images", "list", "-q"], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ImageError(f"listing the images of node {node.name}: {result.stderr.strip()}")
     return set(result.stdout.split())
 
 
-def import_archive(node: NodeLayout, archive: Path) -> None:
+def import_archive(node: NodeLayout, address: Path, archive: Path) -> None:
     """Imports (and unpacks) an OCI or docker archive into the node's containerd."""
-    result = subprocess.run(["ctr", "--address", str(node.containerd_socket), "-n", CONTAINERD_NAMESPACE,
+    result = subprocess.run(["ctr", "--address", str(address), "-n", CONTAINERD_NAMESPACE,
                              "images", "import", str(archive)],
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:

@@ -76,8 +76,10 @@ class ClusterLayout:
 
     @property
     def netd_socket(self) -> Path:
-        """The API server's egress (HTTP CONNECT) into the cluster network."""
-        return self.root / "netd.sock"
+        """The API server's egress (HTTP CONNECT) into the cluster network. In /run, named by the
+        cluster's identity: a unix socket's path has at most 107 bytes, too few for a state folder
+        deep in a test's temporary folders."""
+        return Path("/run") / f"{self.prefix}netd.sock"
 
     @property
     def egress_config(self) -> Path:
@@ -135,7 +137,9 @@ class NodeLayout:
 
     @property
     def containerd_socket(self) -> Path:
-        return self.dir / "containerd.sock"
+        """As kubelet sees it, in the node's own /run (holder.py); from the machine it is
+        /proc/<holder pid>/root/run/... (manager.RealNodes.containerd_address)."""
+        return Path("/run/containerd/containerd.sock")
 
     def path(self, *parts: str) -> Path:
         return self.dir.joinpath(*parts)

@@ -178,7 +178,7 @@ class RealNodes:
         self.ensure_process(self.kube_proxy(node))
 
     def write_node_files(self, node: NodeLayout) -> None:
-        for folder in ("var-lib", "var-log", "cni/ipam", "kubelet"):
+        for folder in ("var-lib", "var-log"):
             node.path(folder).mkdir(parents=True, exist_ok=True)
         configs.write_if_changed(node.path("resolv.conf"), configs.resolv_conf())
         configs.write_if_changed(node.path("containerd.toml"),
@@ -200,10 +200,10 @@ class RealNodes:
         try:
             archives = {configs.DEFAULT_SANDBOX_IMAGE: images.pause_archive(cache),
                         images.TEST_IMAGE: images.test_image_archive(cache)}
-            present = images.imported_images(node)
+            present = images.imported_images(node, self.containerd_address(node))
             for name, archive in archives.items():
                 if name not in present:
-                    images.import_archive(node, archive)
+                    images.import_archive(node, self.containerd_address(node), archive)
                     log(f"{node.name}: imported {name}")
             done = self.imported_archives(node)
             for archive in self.loaded_archives():
@@ -223,7 +223,7 @@ class RealNodes:
 
     def import_into(self, node: NodeLayout, archive: Path) -> None:
         started = time.monotonic()
-        images.import_archive(node, archive)
+        images.import_archive(node, self.containerd_address(node), archive)
         with open(node.path("imported-archives"), "a") as marks:
             marks.write(f"{archive.absolute()}\n")
         log(f"{node.name}: imported {archive} ({time.monotonic() - started:.1f}s)")
@@ -290,11 +290,19 @@ class RealNodes:
             self.enter(cgroup=f"{node.cgroup}/system"),
             env={"PYTHONPATH": str(HACK_DIR)})
 
+    def holder_pid(self, node: NodeLayout) -> int:
+        pid = ProcessRecord(self.settings.run_dir, f"{node.name}-holder").running_pid()
+        if pid is None:
+            raise RealNodeError(f"{node.name}: its holder process is not running")
+        return pid
+
+    def containerd_address(self, node: NodeLayout) -> Path:
+        """The node's containerd socket as the machine reaches it: through the holder's root."""
+        return Path(f"/proc/{self.holder_pid(node)}/root{node.containerd_socket}")
+
     def in_node(self, node: NodeLayout) -> Callable[[], None]:
         """preexec: join the node's cgroup, then the holder's mount and network namespaces."""
-        holder = ProcessRecord(self.settings.run_dir, f"{node.name}-holder").running_pid()
-        if holder is None:
-            raise RealNodeError(f"{node.name}: its holder process is not running")
+        holder = self.holder_pid(node)
         return self.enter(cgroup=f"{node.cgroup}/system", netns=Path(f"/proc/{holder}/ns/net"),
                           mntns=Path(f"/proc/{holder}/ns/mnt"), cwd=node.dir)
 
@@ -318,7 +326,7 @@ class RealNodes:
         return Process(
             f"{node.name}-containerd", ["containerd", f"--config={config}"],
             self.settings.logs_dir / f"{node.name}-containerd.log",
-            lambda: subprocess.run(["ctr", "--address", str(node.containerd_socket), "version"],
+            lambda: subprocess.run(["ctr", "--address", str(self.containerd_address(node)), "version"],
                                    capture_output=True, check=False).returncode == 0,
             f"{node.cgroup}/system", self.in_node(node), config_files=[config])
 
