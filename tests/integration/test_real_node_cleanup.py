@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "hack"))
 from local_cluster.real_nodes import linux
 from local_cluster.real_nodes.layout import ClusterLayout
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 
 TEST_IMAGE = "kubetest2-training.local/busybox:local"
 

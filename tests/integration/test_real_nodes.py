@@ -9,18 +9,20 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 from kubernetes.stream import stream
 
-from .conftest import REPO, LocalCluster, real_node_names, wait_for, watch_pods
+from .conftest import REPO, LocalCluster, real_node_names, run_local_cluster, wait_for, watch_pods
 
 sys.path.insert(0, str(REPO / "hack"))
 from local_cluster.real_nodes.layout import ClusterLayout
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 
 TEST_IMAGE = "kubetest2-training.local/busybox:local"
 
@@ -158,3 +160,47 @@ def test_the_apiserver_egress_refuses_addresses_outside_the_cluster(real_nodes: 
         conn.sendall(b"CONNECT 1.1.1.1:443 HTTP/1.1\r\nHost: 1.1.1.1:443\r\n\r\n")
         answer = conn.recv(200).decode()
     assert answer.startswith("HTTP/1.1 403"), answer
+
+
+@pytest.mark.parametrize(("policy", "reasons"), [("Never", {"ErrImageNeverPull"}),
+                                                 ("IfNotPresent", {"ErrImagePull", "ImagePullBackOff"})])
+def test_an_image_missing_from_the_node_shows_in_seconds_naming_the_image(real_nodes: LocalCluster, namespace: str,
+                                                                          policy: str, reasons: set[str]):
+    """Nothing can be pulled: the pod waits with the kubelet's reason and a message naming the image
+    within seconds (a pull fails at once: no registry is reachable from a node)."""
+    missing = "kubetest2-training.local/not-loaded:1"
+    node = real_node_names(real_nodes)[0]
+    started = time.monotonic()
+    real_nodes.core.create_namespaced_pod(namespace, pod("missing", node, "true", image=missing, pull=policy))
+
+    def waiting(p: client.V1Pod) -> bool:
+        statuses = p.status.container_statuses or []
+        return bool(statuses and statuses[0].state.waiting and statuses[0].state.waiting.reason in reasons)
+
+    stuck = watch_pods(real_nodes.core, namespace, waiting, 30, f"the pod to wait with {' or '.join(reasons)}")
+    assert time.monotonic() - started < 30
+    assert missing in (stuck.status.container_statuses[0].state.waiting.message or ""), stuck.status
+
+
+def node_ready(cluster: LocalCluster, name: str) -> tuple[bool, str]:
+    (condition,) = [c for c in cluster.core.read_node(name).status.conditions if c.type == "Ready"]
+    return condition.status == "True", f"{condition.reason}: {condition.message}"
+
+
+@pytest.mark.parametrize("process", ["containerd", "kubelet"])
+def test_a_dead_containerd_or_kubelet_makes_its_node_not_ready_and_up_repairs_it(real_nodes: LocalCluster,
+                                                                                process: str):
+    """containerd: kubelet reports the runtime down at once; kubelet: the node controller marks the
+    node NotReady once its lease is not renewed (its grace period). `up` starts the process again."""
+    node = real_node_names(real_nodes)[1]
+    run_local_cluster("stop", f"{node}-{process}")
+    try:
+        started = time.monotonic()
+        wait_for(lambda: not node_ready(real_nodes, node)[0], 120, f"{node} to turn NotReady without {process}")
+        took = time.monotonic() - started
+        print(f"{node} NotReady {took:.0f}s after {process} died: {node_ready(real_nodes, node)[1]}")
+        if process == "containerd":
+            assert "container runtime" in node_ready(real_nodes, node)[1]
+    finally:
+        run_local_cluster("up")
+    assert node_ready(real_nodes, node)[0]

@@ -156,3 +156,21 @@ def import_archive(node: NodeLayout, address: Path, archive: Path) -> None:
                             capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ImageError(f"importing {archive} into node {node.name}: {result.stderr.strip()}")
+
+
+def discard_unpacked_layers(address: Path) -> int:
+    """Deletes the compressed layer blobs that containerd has unpacked into its snapshots (they carry
+    the `containerd.io/uncompressed` label); returns how many. Containers start from the snapshots;
+    the image keeps its manifest and config. What CRI's discard_unpacked_layers does for pulls, done
+    here for imports: each node then holds one copy of an image, unpacked."""
+    base = ["ctr", "--address", str(address), "-n", CONTAINERD_NAMESPACE, "content"]
+    labelled = subprocess.run([*base, "ls"], capture_output=True, text=True, check=False)
+    if labelled.returncode != 0:
+        raise ImageError(f"listing the content of {address}: {labelled.stderr.strip()}")
+    unpacked = [line.split()[0] for line in labelled.stdout.splitlines()[1:] if "containerd.io/uncompressed=" in line]
+    if not unpacked:
+        return 0
+    removed = subprocess.run([*base, "rm", *unpacked], capture_output=True, text=True, check=False)
+    if removed.returncode != 0:
+        raise ImageError(f"discarding unpacked layers in {address}: {removed.stderr.strip()}")
+    return len(unpacked)

@@ -204,6 +204,7 @@ class RealNodes:
             for name, archive in archives.items():
                 if name not in present:
                     images.import_archive(node, self.containerd_address(node), archive)
+                    images.discard_unpacked_layers(self.containerd_address(node))
                     log(f"{node.name}: imported {name}")
             done = self.imported_archives(node)
             for archive in self.loaded_archives():
@@ -224,16 +225,19 @@ class RealNodes:
     def import_into(self, node: NodeLayout, archive: Path) -> None:
         started = time.monotonic()
         images.import_archive(node, self.containerd_address(node), archive)
+        images.discard_unpacked_layers(self.containerd_address(node))
         with open(node.path("imported-archives"), "a") as marks:
             marks.write(f"{archive.absolute()}\n")
         log(f"{node.name}: imported {archive} ({time.monotonic() - started:.1f}s)")
 
     def load_image(self, archive: Path) -> list[str]:
-        """Imports an image archive into every real node; returns the nodes' names."""
+        """Imports an image archive into every real node that lacks it; returns those nodes' names."""
         if not archive.is_file():
             raise RealNodeError(f"load-image: {archive} is not a file (expected an OCI or docker archive)")
         loaded = []
         for node in self.nodes():
+            if archive.absolute() in self.imported_archives(node):
+                continue  # the same file again: its image is there (a rebuilt image is a new file)
             try:
                 self.import_into(node, archive)
             except images.ImageError as error:
