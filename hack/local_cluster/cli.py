@@ -138,6 +138,7 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
     if args.command == "nodes":
         with cluster.locked():
             created = nodes.replace_nodes(api, settings.node_shape, settings.node_count, settings.node_efa)
+            cluster.real_nodes().prefer_real_nodes(api)
             cluster.wait_usable()
         progress(f"nodes: {', '.join(created)} ({settings.node_shape}) Ready")
         return 0

@@ -40,6 +40,7 @@ from .layout import (
 )
 
 FIELD_MANAGER = "kubetest2-training-real-nodes"
+STAND_IN_TAINT = {"key": "kubetest2-training.local/stand-in", "value": "kwok", "effect": "PreferNoSchedule"}
 COREDNS_USER = "kubetest2-training-coredns"
 NODE_BINARIES = ("kubelet", "kube-proxy", "coredns")
 
@@ -152,6 +153,7 @@ class RealNodes:
             return
         started = time.monotonic()
         self.bootstrap_api(api)
+        self.prefer_real_nodes(api)
         linux.make_cgroup(self.layout.cgroup)
         network.ensure_cluster_network(self.layout)
         self.ensure_process(self.netd())
@@ -421,6 +423,19 @@ class RealNodes:
                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER}]},
                   FIELD_MANAGER)
 
+    def prefer_real_nodes(self, api: ApiClient) -> None:
+        """With real nodes, the kwok nodes carry a PreferNoSchedule taint: a pod that names no node
+        type (an MPIJob's launcher) goes to a real node, where the cluster network is; a pod that
+        selects kwok nodes still runs there. Without real nodes the taint goes."""
+        from ..nodes import managed_nodes
+        wanted = self.wanted() > 0
+        for node in managed_nodes(api):
+            taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != STAND_IN_TAINT["key"]]
+            if wanted:
+                taints.append(STAND_IN_TAINT)
+            if taints != (node["spec"].get("taints") or []):
+                api.merge_patch("Node", node["metadata"]["name"], {"spec": {"taints": taints}})
+
     @staticmethod
     def selectorless_endpoints(api: ApiClient, namespace: str, service: str,
                                ports: list[tuple[str, int, str]]) -> None:
@@ -472,6 +487,9 @@ class RealNodes:
             log(f"{node.name}: removed")
         if count == 0 and existing:
             self.teardown()
+        if count == 0 and api is not None:
+            with contextlib.suppress(ApiError, OSError):
+                self.prefer_real_nodes(api)
 
     # ---- down -----------------------------------------------------------------------------------
 
