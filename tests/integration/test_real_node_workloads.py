@@ -198,8 +198,11 @@ exit "$(cat /logs/exit-code)"
                "nodeSelector": {"node.kubernetes.io/instance-type": "container-cpu"},
                "containers": [{"name": "kubetest2", "image": kubetest2_image, "imagePullPolicy": "IfNotPresent",
                                "command": ["bash", "-c", script],
+                               # STRAGGLER_FRACTION: this Job shares the machine's cores with the
+                               # trainings it starts; its node's probe is slower by that, not a straggler.
                                "env": [{"name": "ACCELERATOR", "value": "cpu"},
                                        {"name": "WORKLOAD_SIZE", "value": "tiny"},
+                                       {"name": "STRAGGLER_FRACTION", "value": "0.05"},
                                        {"name": "TRAINING_IMAGE", "value": workloads_image}]}]}}}}
     try:
         real_nodes.batch.create_namespaced_job(namespace, job)
