@@ -5,7 +5,8 @@
 # of: it looks up their deprecation in that list). Binaries are cached outside the repo, one folder
 # per tool and version, so a fresh clone on the same machine (and CI) reuses them: a cold build of
 # the k8s control plane takes tens of minutes on 2 cores.
-# Usage: hack/build-binaries.sh   -> prints the folder holding links to every binary, last line.
+# Usage: hack/build-binaries.sh [--real-nodes]   -> prints the folder holding links to every binary,
+# last line. --real-nodes also builds what real nodes run: kubelet, kube-proxy, CoreDNS.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/versions.sh
@@ -212,12 +213,23 @@ build_jobset() {
 }
 jobset_dest="$KT2T_CACHE/jobset@$JOBSET_VERSION"
 cached_build "jobset@$JOBSET_VERSION" "$jobset_dest" jobset-controller-manager build_jobset
+# Real nodes (hack/local_cluster/real_nodes/): kubelet and kube-proxy from the same pinned
+# kubernetes module (a cache folder of their own, so the control plane's stays valid), and CoreDNS
+# with only the plugins hack/go/coredns/main.go lists.
+node_dirs=()
+if [[ ${1:-} == --real-nodes ]]; then
+  cached_build "kubernetes-node@$K8S_VERSION" "$KT2T_CACHE/kubernetes-node@$K8S_VERSION" "kubelet kube-proxy" \
+    go_build_in "$here/go/kubernetes" "${k8s_ldflags//$'\n'/ }" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+  cached_build "coredns@$COREDNS_VERSION" "$KT2T_CACHE/coredns@$COREDNS_VERSION" coredns \
+    go_build_in "$here/go/coredns" "-s -w" .
+  node_dirs=("$KT2T_CACHE/kubernetes-node@$K8S_VERSION" "$KT2T_CACHE/coredns@$COREDNS_VERSION")
+fi
 
 # One folder with links to every binary, for PATH.
 mkdir -p "$KT2T_BIN"
 for dir in "$KT2T_CACHE/kubetest2@$KUBETEST2_VERSION" "$kwok_dest" \
            "$mpi_dest" "$KT2T_CACHE/kubernetes@$K8S_VERSION" \
-           "$etcd_dest" "$KT2T_CACHE/trainer@$TRAINER_VERSION" "$jobset_dest"; do
+           "$etcd_dest" "$KT2T_CACHE/trainer@$TRAINER_VERSION" "$jobset_dest" "${node_dirs[@]}"; do
   for bin in "$dir"/*; do ln -sfn "$bin" "$KT2T_BIN/$(basename "$bin")"; done
 done
 echo "$KT2T_BIN"

@@ -21,6 +21,20 @@ declare -A PACKAGE_OF=(
   # daemon), mmdebstrap the Debian root file system of the stand-in base images.
   [buildah]=buildah
   [mmdebstrap]=mmdebstrap
+  # Real nodes (hack/local_cluster/real_nodes/, `hack/local-cluster up --real-nodes N`): containerd
+  # 1.6 and runc, the CNI plugins (bridge, host-local, loopback, portmap), kube-proxy's iptables and
+  # conntrack, `ip` for the namespaces, gcc and libc.a for the static pause program, a static
+  # busybox for the test image. A path stands for a package without a command of its own.
+  [containerd]=containerd
+  [ctr]=containerd
+  [runc]=runc
+  [/usr/lib/cni/bridge]=containernetworking-plugins
+  [iptables]=iptables
+  [conntrack]=conntrack
+  [ip]=iproute2
+  [gcc]=gcc
+  [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev
+  [/bin/busybox]=busybox-static
 )
 for extra in "$@"; do PACKAGE_OF[${extra%%=*}]=${extra#*=}; done
 
@@ -32,7 +46,7 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
 
 missing=()
 for tool in "${!PACKAGE_OF[@]}"; do
-  command -v "$tool" >/dev/null || missing+=("${PACKAGE_OF[$tool]}")
+  command -v "$tool" >/dev/null || [[ $tool == /* && -e $tool ]] || missing+=("${PACKAGE_OF[$tool]}")
 done
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | sed '/^$/d')
 [[ ${#missing[@]} -eq 0 ]] && exit 0

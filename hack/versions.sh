@@ -12,3 +12,5 @@ export JOBSET_VERSION=v0.10.1
 export KUBETEST2_VERSION=v0.0.0-20240309080311-0d7ca9ccb41e
 export KT2T_CACHE=${KT2T_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetest2-training}
 export KT2T_BIN=$KT2T_CACHE/bin
+# CoreDNS of the real nodes (hack/go/coredns/go.mod pins it): the version kubeadm 1.34 installs.
+export COREDNS_VERSION=v1.12.1

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from . import nodes
 from .api import ApiClient, ApiError
 from .cluster import ClusterError, LocalCluster, progress, wait_until
+from .real_nodes.manager import RealNodeError
 from .settings import Settings, port_env_names
 
 EPILOG = f"""\
@@ -22,6 +24,7 @@ environment:
                       command (default bert-mpirun-32ranks); other pods run for real
   KT2T_WAIT_TIMEOUT   seconds to wait for each component, nodes, ServiceAccount (default 120)
   KT2T_PORT_OFFSET    added to every default port, a multiple of 100 (a second cluster)
+  KT2T_REAL_NODES     real nodes (kubelet + containerd) beside the kwok nodes, as `up --real-nodes N`
   ports: {", ".join(f"{env}" for env in port_env_names().values())}
 
 `up` prints the kubeconfig's absolute path as its last line on stdout; progress goes to stderr.
@@ -35,6 +38,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="build or reuse the binaries, start the cluster, print the kubeconfig")
     add_node_options(up, required=False)
+    up.add_argument("--real-nodes", type=int, metavar="N",
+                    help="N real nodes (kubelet + containerd, instance type container-cpu) beside the kwok "
+                         "nodes; needs root; later `up`s keep the count (env KT2T_REAL_NODES; 0 removes them)")
+    load = commands.add_parser("load-image", help="import image archives (OCI or docker) into every real node")
+    load.add_argument("archives", nargs="+", type=Path)
     commands.add_parser("down", help="stop what `up` started and remove the state folder")
     commands.add_parser("status", help="what runs: pid, port, healthy (exit 1 unless all healthy)")
     replace_nodes = commands.add_parser("nodes", help="replace the fake nodes with nodes of a shape")
@@ -80,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(settings, node_count=args.count)
     if getattr(args, "efa", None) is not None:
         settings = replace(settings, node_efa=args.efa)
+    if getattr(args, "real_nodes", None) is not None:
+        settings = replace(settings, real_nodes=args.real_nodes)
     cluster = LocalCluster(settings)
     try:
         return run(cluster, args)
-    except (ClusterError, ApiError) as error:
+    except (ClusterError, ApiError, RealNodeError) as error:
         print(f"local-cluster {args.command}: {error}", file=sys.stderr)
         return 1
 
@@ -111,6 +121,12 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
                          for n in nodes.managed_nodes(cluster.api())]
             print(f"nodes: {', '.join(described) or 'none'}")
         return 0 if all(row["healthy"] for row in rows) else 1
+    if args.command == "load-image":
+        with cluster.locked():
+            for archive in args.archives:
+                loaded = cluster.real_nodes().load_image(archive)
+                progress(f"{archive}: imported into {', '.join(loaded) or 'no real node (none runs)'}")
+        return 0
     if args.command == "stop":
         stopped = cluster.stop(args.component)
         progress(f"{args.component}: {'stopped' if stopped else 'was not running'}")
@@ -122,6 +138,7 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
     if args.command == "nodes":
         with cluster.locked():
             created = nodes.replace_nodes(api, settings.node_shape, settings.node_count, settings.node_efa)
+            cluster.real_nodes().prefer_real_nodes(api)
             cluster.wait_usable()
         progress(f"nodes: {', '.join(created)} ({settings.node_shape}) Ready")
         return 0

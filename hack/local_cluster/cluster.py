@@ -23,6 +23,7 @@ from .components import MPI_OPERATOR_LOCK_NAMESPACE, Component, components, is_h
 from .kubeconfig import write_kubeconfig
 from .pki import CLIENT_IDENTITIES, Pki
 from .processes import ProcessRecord, code_fingerprint
+from .real_nodes.manager import RealNodeError, RealNodes
 from .settings import Settings
 from .training_controllers import TRAINING_CONTROLLERS
 
@@ -78,8 +79,12 @@ class LocalCluster:
         pki = self.pki
         return ApiClient(self.settings.apiserver_url, pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
 
+    def real_nodes(self) -> RealNodes:
+        return RealNodes(self.settings, self.pki)
+
     def components(self) -> list[Component]:
-        return components(self.settings, self.pki)
+        real = self.real_nodes()
+        return components(self.settings, self.pki, real.layout.egress_config if real.wanted() else None)
 
     def record(self, component: Component) -> ProcessRecord:
         return ProcessRecord(self.settings.run_dir, component.name)
@@ -100,10 +105,20 @@ class LocalCluster:
     def up(self) -> Path:
         """Builds or reuses the binaries, starts what is not running, waits until usable."""
         started_at = time.monotonic()
+        real = self.real_nodes()
+        try:
+            real.check(binaries=False)  # before anything is made: root, packages
+        except RealNodeError as error:
+            raise ClusterError(str(error)) from None
         with self.locked():
-            self.build_binaries()
+            self.build_binaries(real_nodes=real.wanted() > 0)
             (self.settings.state_dir / STATE_MARKER).touch()
             self.pki.generate()
+            try:
+                real.check(binaries=True)
+                real.prepare()
+            except RealNodeError as error:
+                raise ClusterError(str(error)) from None
             for identity in CLIENT_IDENTITIES:
                 write_kubeconfig(kubeconfig_path(self.settings, identity.name), self.settings.apiserver_url,
                                  self.pki, identity.name)
@@ -119,13 +134,18 @@ class LocalCluster:
                 created = nodes.replace_nodes(api, self.settings.node_shape, self.settings.node_count,
                                               self.settings.node_efa)
                 progress(f"created {self.settings.node_shape} nodes {', '.join(created)}")
+            try:
+                real.ensure(api)
+            except RealNodeError as error:
+                raise ClusterError(str(error)) from None
             self.wait_usable()
         progress(f"cluster up in {time.monotonic() - started_at:.1f}s; kubeconfig {self.settings.kubeconfig}")
         return self.settings.kubeconfig
 
-    def build_binaries(self) -> None:
+    def build_binaries(self, real_nodes: bool = False) -> None:
         progress("binaries: hack/build-binaries.sh (reuses its cache)")
-        result = subprocess.run([str(self.settings.build_script)], stdout=subprocess.PIPE, text=True, check=False)
+        argv = [str(self.settings.build_script), *(["--real-nodes"] if real_nodes else [])]
+        result = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
         if result.returncode != 0:
             raise ClusterError(f"hack/build-binaries.sh failed with exit code {result.returncode} (see above)")
         printed = Path(result.stdout.strip().splitlines()[-1])
@@ -234,6 +254,9 @@ class LocalCluster:
         """Stops the processes `up` started (recorded pid, matching command line), removes the state."""
         stopped = []
         with self.locked():
+            removed = self.real_nodes().teardown()
+            if removed:
+                progress(f"real nodes: removed {', '.join(removed)}")
             for component in reversed(self.components()):
                 record = self.record(component)
                 if record.stop():
@@ -256,13 +279,22 @@ class LocalCluster:
         raise ClusterError(f"no component {name!r}; the components are {names}")
 
     def stop(self, name: str) -> bool:
-        """Stops one component (tests of outages); `up` or `restart` starts it again."""
+        """Stops one component (tests of outages); `up` or `restart` starts it again. A real node's
+        process (`real-cpu-0-kubelet`, ...) is killed at once, as when it crashes."""
         with self.locked():
+            real = self.real_nodes()
+            if name in real.process_names():
+                return real.stop_process(name)
             return self.record(self.component(name)).stop()
 
     def restart(self, name: str) -> None:
         """Stops one component and starts it again with the same state; waits until healthy."""
         with self.locked():
+            real = self.real_nodes()
+            if name in real.process_names():
+                real.stop_process(name)
+                real.ensure(self.api())
+                return
             component = self.component(name)
             self.record(component).stop()
             self.ensure_running(component)
@@ -280,7 +312,7 @@ class LocalCluster:
                 "port": component.port,
                 "healthy": pid is not None and is_healthy(component, self.pki),
             })
-        return rows
+        return rows + self.real_nodes().status_rows()
 
 
 def crd_name(file_name: str) -> str:

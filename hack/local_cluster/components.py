@@ -42,9 +42,10 @@ def kubeconfig_path(settings: Settings, identity: str) -> Path:
     return settings.state_dir / "kubeconfigs" / f"{identity}.kubeconfig"
 
 
-def components(settings: Settings, pki: Pki) -> list[Component]:
-    """Every component, in the order they must start (each needs the ones before it)."""
-    c = ComponentCommands(settings, pki)
+def components(settings: Settings, pki: Pki, egress_config: Path | None = None) -> list[Component]:
+    """Every component, in the order they must start (each needs the ones before it); with
+    real nodes, `egress_config` routes the API server's traffic to nodes and pods (real_nodes/netd.py)."""
+    c = ComponentCommands(settings, pki, egress_config)
     return [c.etcd(), c.kube_apiserver(), c.kube_controller_manager(), c.kube_scheduler(), c.kwok(),
             c.mpi_operator(), *(c.training_controller(t) for t in TRAINING_CONTROLLERS), c.node_agent()]
 
@@ -55,6 +56,7 @@ class ComponentCommands:
 
     settings: Settings
     pki: Pki
+    egress_config: Path | None = None
 
     @property
     def ports(self) -> dict[str, int]:
@@ -128,7 +130,9 @@ class ComponentCommands:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
-        ], *self.https_health("kube-apiserver", "/readyz"))
+            *([f"--egress-selector-config-file={self.egress_config}"] if self.egress_config else []),
+        ], *self.https_health("kube-apiserver", "/readyz"),
+            code_files=[self.egress_config] if self.egress_config else [])
 
     def kube_controller_manager(self) -> Component:
         return self.delegating_server(
@@ -141,6 +145,8 @@ class ComponentCommands:
             "--controllers=*",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allocate-node-cidrs=false",
+            # Its default, /usr/libexec/kubernetes/..., would be created on the machine.
+            f"--flex-volume-plugin-dir={self.settings.state_dir / 'flex-volume'}",
         )
 
     def kube_scheduler(self) -> Component:

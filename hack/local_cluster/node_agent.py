@@ -13,6 +13,8 @@ For each pod bound to a node it either runs the pod for real or serves canned lo
 Either way kwok serves `pods/log` from the files a `Logs` object names (pod_files.py). Pods run for
 real on a node labelled `kubetest2-training.local/slow=<fraction>` are slowed down (slow_nodes.py).
 
+Pods bound to any other node (a real node's kubelet runs them, real_nodes/) are not the agent's.
+
 Run by `hack/local-cluster up` as `python -m local_cluster.node_agent`.
 """
 
@@ -35,6 +37,7 @@ from .annotations import (
 )
 from .api import ApiClient, ApiError
 from .canned_pods import CannedPods, canned_by_annotation
+from .components import KWOK_NODE_LABEL, KWOK_NODE_LABEL_VALUE
 from .container_env import PodObjects
 from .container_view import PodView
 from .executor import STOP_GRACE_DEFAULT_S, PodContext, PodRun
@@ -75,6 +78,7 @@ class NodeAgent:
         self.ports = PortAllocator()
         self.venv_bin = venv_bin()
         self.slow = SlowNodes(api, self.runs_on)
+        self.kwok_nodes: dict[str, bool] = {}
 
     def run_forever(self) -> None:
         """Follows the nodes (slow ones, in a thread) and the pods (here), forever."""
@@ -114,7 +118,7 @@ class NodeAgent:
             if pod.get("status", {}).get("phase") in TERMINAL_PHASES:
                 self.canned.ended(pod)
             return
-        if not pod["spec"].get("nodeName"):
+        if not pod["spec"].get("nodeName") or not self.is_kwok_node(pod["spec"]["nodeName"]):
             return
         annotations = meta.get("annotations") or {}
         if annotations.get(EXECUTED_ANNOTATION) == EXECUTED_BY:
@@ -131,6 +135,16 @@ class NodeAgent:
         else:
             self.canned.serve(pod)
             self.handled_uids.add(meta["uid"])
+
+    def is_kwok_node(self, name: str) -> bool:
+        """Whether kwok plays the node (its label); a real node's kubelet runs its own pods."""
+        if name not in self.kwok_nodes:
+            node = self.api.get_or_none("Node", name)
+            if node is None:
+                return False  # gone (or not yet visible): nothing to run; asked again next event
+            labels = node["metadata"].get("labels") or {}
+            self.kwok_nodes[name] = labels.get(KWOK_NODE_LABEL) == KWOK_NODE_LABEL_VALUE
+        return self.kwok_nodes[name]
 
     @staticmethod
     def stop_deleted(run: PodRun, grace: int | None) -> None:

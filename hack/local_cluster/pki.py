@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .real_nodes.layout import GATEWAY_IP
 from .settings import LOOPBACK, InFolder
 
 # One serving certificate for every component: all of them listen on 127.0.0.1 only. The
@@ -20,6 +21,9 @@ SERVING_SANS = (
     "DNS:kubernetes.default",
     "DNS:kubernetes.default.svc",
     "DNS:kubernetes.default.svc.cluster.local",
+    # The API forwarder inside the real nodes' network (real_nodes/netd.py): the `kubernetes`
+    # Service's endpoint, which kubelets, kube-proxy and CoreDNS use.
+    f"IP:{GATEWAY_IP}",
 )
 
 
@@ -69,6 +73,28 @@ class Pki:
     def client_key(self, name: str) -> Path:
         return self.directory / f"{name}.key"
 
+    def sign_client(self, name: str, common_name: str, organization: str = "") -> None:
+        """A client certificate `name` (for write_kubeconfig), unless it exists."""
+        if not self.client_cert(name).is_file():
+            subject = (f"/O={organization}" if organization else "") + f"/CN={common_name}"
+            self._sign(name, subject, "clientAuth", self.client_cert(name), self.client_key(name))
+            self.client_key(name).chmod(0o600)
+
+    def sign_serving(self, name: str, common_name: str, sans: tuple[str, ...]) -> None:
+        """A serving certificate `name` (a real node's kubelet), unless it exists."""
+        if not self.client_cert(name).is_file():
+            self._sign(name, f"/CN={common_name}", "serverAuth", self.client_cert(name), self.client_key(name), sans)
+            self.client_key(name).chmod(0o600)
+
+    def serving_sans_current(self) -> bool:
+        """Whether the serving certificate names every SAN of SERVING_SANS (a PKI made before a SAN
+        was added lacks it)."""
+        result = subprocess.run(["openssl", "x509", "-in", str(self.serving_cert), "-noout", "-ext", "subjectAltName"],
+                                capture_output=True, text=True, check=False)
+        named = {part.strip().replace("IP Address:", "IP:") for part in result.stdout.splitlines()[-1].split(",")} \
+            if result.returncode == 0 and result.stdout.strip() else set()
+        return set(SERVING_SANS) <= named
+
     def is_complete(self) -> bool:
         paths = [self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
                  self.service_account_key, self.service_account_public_key]
@@ -78,6 +104,11 @@ class Pki:
     def generate(self) -> None:
         """Creates every file; keeps an existing complete PKI (certificates outlive restarts)."""
         if self.is_complete():
+            if not self.serving_sans_current():
+                # The API server reloads its serving certificate from the file.
+                self._sign("serving", "/CN=kubetest2-training-serving", "serverAuth",
+                           self.serving_cert, self.serving_key, sans=SERVING_SANS)
+                self.serving_key.chmod(0o600)
             return
         if all(p.is_file() for p in (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
                                        self.service_account_key, self.service_account_public_key)):

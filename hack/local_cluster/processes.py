@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,15 +65,19 @@ class ProcessRecord:
         return pid if _runs(pid, argv) else None
 
     def start(self, argv: list[str], log_file: Path, env: dict[str, str] | None = None,
-              cwd: Path | None = None, fingerprint: str = "") -> int:
+              cwd: Path | None = None, fingerprint: str = "",
+              preexec_fn: Callable[[], None] | None = None) -> int:
         """Starts argv detached from this process (own session, stdin closed), output to log_file;
-        `fingerprint` records what code it was started from (see code_fingerprint)."""
+        `fingerprint` records what code it was started from (see code_fingerprint); `preexec_fn`
+        runs in the child before the exec (the real nodes' processes join cgroups and namespaces)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "ab") as log:
             process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, cwd=cwd, start_new_session=True)
+                # preexec_fn is unsafe beside other threads; `hack/local-cluster` starts processes
+                # from its only thread (real_nodes' namespace threads are joined before).
+                env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec_fn)  # noqa: PLW1509
         self.cmdline_file.write_text(json.dumps(argv))
         self.fingerprint_file.write_text(fingerprint + "\n")
         self.pid_file.write_text(f"{process.pid}\n")

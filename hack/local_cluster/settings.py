@@ -56,6 +56,8 @@ class Settings:
     node_efa: int
     default_canned_log: str
     wait_timeout_s: float
+    # Real nodes (kubelet + containerd) beside the kwok nodes; None: as many as the state records.
+    real_nodes: int | None = None
     canned_logs_dir: Path = field(default=HACK_DIR / "canned-logs")
     stages_file: Path = field(default=HACK_DIR / "kwok" / "stages.yaml")
     build_script: Path = field(default=HACK_DIR / "build-binaries.sh")
@@ -93,6 +95,7 @@ class Settings:
             node_efa=_int_env(env, "KT2T_NODE_EFA", 0),
             default_canned_log=env.get("KT2T_DEFAULT_CANNED_LOG", "bert-mpirun-32ranks"),
             wait_timeout_s=float(_int_env(env, "KT2T_WAIT_TIMEOUT", 120)),
+            real_nodes=_int_env(env, "KT2T_REAL_NODES", -1) if env.get("KT2T_REAL_NODES") else None,
         )
 
 

@@ -3,6 +3,9 @@
 - `cluster` (session): brings the local cluster up once (`hack/local-cluster up`) and yields a
   `LocalCluster` handle (kubeconfig path, API clients, node controls). It brings the cluster down
   at the end only if this session started it, and never with KT2T_KEEP_CLUSTER=1.
+- `real_nodes` (session): the same cluster with 2 real nodes (kubelet + containerd each, instance
+  type container-cpu) beside the kwok nodes (`hack/local-cluster up --real-nodes 2`); skips the
+  test, saying why, where real nodes cannot run (not root).
 - `namespace` (per test): a fresh namespace whose `default` ServiceAccount exists; deleted after
   the test unless KT2T_KEEP_NAMESPACES=1.
 - On a test failure the pods (status), events and container logs of its namespace are appended
@@ -115,6 +118,24 @@ def cluster() -> Iterator[LocalCluster]:
         api.close()
         if started_here and os.environ.get("KT2T_KEEP_CLUSTER") != "1":
             run_local_cluster("down")
+
+
+REAL_NODE_COUNT = 2
+REAL_NODE_TYPE = "container-cpu"
+
+
+@pytest.fixture(scope="session")
+def real_nodes(cluster: LocalCluster) -> LocalCluster:
+    """The cluster with its real nodes up (idempotent: a second `up` only checks them)."""
+    if os.geteuid() != 0:
+        pytest.skip("real nodes need root (network namespaces, mounts, cgroups, containerd)")
+    run_local_cluster("up", "--real-nodes", str(REAL_NODE_COUNT))
+    return cluster
+
+
+def real_node_names(cluster: LocalCluster) -> list[str]:
+    nodes = cluster.core.list_node(label_selector=f"node.kubernetes.io/instance-type={REAL_NODE_TYPE}").items
+    return sorted(n.metadata.name for n in nodes)
 
 
 @pytest.fixture
