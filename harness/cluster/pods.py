@@ -7,10 +7,11 @@ from collections.abc import Callable
 from harness.cluster.resources import Obj
 
 # Waiting reasons that end a pod's chances at once, and those given a grace period (image pulls
-# can be slow or transiently rate-limited).
+# can be slow or transiently rate-limited). ErrImageNeverPull is final: with imagePullPolicy Never
+# the kubelet will never fetch the image, so waiting POD_FAILURE_GRACE only delays the failure.
 FATAL_WAITING = frozenset({"CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName",
-                           "CreateContainerError", "RunContainerError"})
-GRACED_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull"})
+                           "CreateContainerError", "RunContainerError", "ErrImageNeverPull"})
+GRACED_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull"})
 
 # How long a condition of a pod has held: (marker, now) -> seconds since the marker was first seen.
 HeldFor = Callable[[str, float], float]

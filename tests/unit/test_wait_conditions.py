@@ -71,6 +71,14 @@ def test_crashloop_is_immediate():
     assert "CrashLoopBackOff" in reason
 
 
+def test_an_image_the_kubelet_may_never_pull_fails_at_once_naming_it():
+    """imagePullPolicy Never and the image not on the node: no grace can help (a real node of the local
+    cluster without `hack/local-cluster load-image`, or a node whose pre-pull failed)."""
+    p = pod(waiting="ErrImageNeverPull", phase="Pending")
+    reason, blame = check(p, now=100.0, state=state_of(p))
+    assert reason is not None and "ErrImageNeverPull" in reason and blame == "w-0"
+
+
 def test_image_pull_waits_for_grace():
     p = pod(waiting="ImagePullBackOff", phase="Pending")
     state = state_of(p)
