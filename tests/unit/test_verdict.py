@@ -268,3 +268,21 @@ def test_a_compute_time_too_short_to_measure_is_not_compared():
     (check,) = [c for c in verdict.checks if c.name == "straggler.compute_ms_per_step"]
     assert check.status is Status.NOT_APPLICABLE
     assert check.message.startswith("a step's compute time (7-34 ms) is too short to compare ranks")
+
+
+def test_a_time_boxed_compute_window_is_compared_at_gpu_step_times():
+    """compute_seconds >= 1 on every rank: a 1 ms step is compared, and the slow node is named."""
+    window = {"compute_seconds": 2.0, "compute_steps": 2000}
+    fast = {f"r{r}": {**window, "compute_ms_per_step": 1.0} for r in range(3)}
+    verdict = verdict_of(Run(log_of(records(4, **fast, r3={**window, "compute_ms_per_step": 1.7})), world_size=4))
+    (check,) = [c for c in verdict.checks if c.name == "straggler.compute_ms_per_step"]
+    assert check.status is Status.FAIL and "rank 3" in check.message, check.message
+    assert "node " in check.message and check.measured == pytest.approx(1.7)
+
+
+def test_a_compute_window_under_a_second_on_one_rank_is_not_compared():
+    window = {"compute_seconds": 2.0, "compute_ms_per_step": 1.0}
+    verdict = verdict_of(Run(log_of(records(2, r0=window, r1={**window, "compute_seconds": 0.4}))))
+    (check,) = [c for c in verdict.checks if c.name == "straggler.compute_ms_per_step"]
+    assert check.status is Status.NOT_APPLICABLE
+    assert "under 1 s (compute_seconds) on 1 of 2 ranks: rank 1" in check.message, check.message
