@@ -48,6 +48,7 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "ActiveDeadlineSeconds": "the Job's deadline",
     "NodeSelector": "node selector of the workload pods",
     "NodeName": "node a pod is pinned to",
+    "NodeAffinity": "required node affinity of the worker pods (TestNodePairs' pairs), else empty",
     "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
     "Volumes": "the hostPath volumes behind VolumeMounts",
 }

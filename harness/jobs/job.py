@@ -49,7 +49,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
     """Where the workload runs: the topology's nodes (its first `workload.nodes` of them), the
     configuration's images, annotations and timeout."""
     topology, cfg = t.topology, t.cfg
-    nodes = topology.node_names[: workload.nodes] if workload.nodes else topology.node_names
+    nodes = workload.on_nodes or (topology.node_names[: workload.nodes] if workload.nodes else topology.node_names)
     return Placement(
         namespace=namespace, labels=job_labels(base_labels(cfg.run_id, t.name), workload.job_name),
         pod_annotations=cfg.pod_annotations, pod_env=pod_environment_passthrough(),

@@ -26,6 +26,9 @@ class Workload:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
     host_paths: Mapping[str, str] = field(default_factory=dict)
+    # These nodes exactly (required node affinity on their hostnames), instead of the topology's first
+    # `nodes`: TestNodePairs runs one job per pair of nodes.
+    on_nodes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):

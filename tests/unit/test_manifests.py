@@ -20,7 +20,8 @@ def torchrun_fields(**overrides):
     fields = {
         "JobName": "bert-training", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
         "Image": "img:1", "WorkerReplicas": 4, "Resources": {"limits": {"nvidia.com/gpu": 8}},
-        "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "Command": ["torchrun"],
+        "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "NodeAffinity": {},
+        "Command": ["torchrun"],
         "Args": ["--nnodes=4", "-m", "workloads.bert"], "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}],
         "MasterPort": 29500, "BackoffLimit": 0, "ActiveDeadlineSeconds": 1260,
     }
@@ -107,7 +108,7 @@ def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
 def test_daemonset_template_mounts_host_folders_read_only_on_the_node_type():
     fields = {"JobName": "containerd-check", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
               "Image": "img:1", "Command": ["sh", "-c", "true"], "Env": [],
-              "NodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+              "NodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}, "NodeAffinity": {},
               "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
               "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}]}
     (daemonset,) = render("daemonset.yaml", fields)

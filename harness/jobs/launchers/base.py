@@ -65,7 +65,16 @@ def common_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
 def worker_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
     """What the worker pods of torchrun and mpi share: replicas, resources, node selector."""
     return {**common_fields(workload, placement), "WorkerReplicas": placement.node_count,
-            "Resources": worker_resources(placement), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type}}
+            "Resources": worker_resources(placement), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
+            "NodeAffinity": node_affinity(workload.on_nodes)}
+
+
+def node_affinity(nodes: tuple[str, ...] | None) -> dict[str, Any]:
+    """Required affinity to these nodes' hostnames; none (an empty nodeAffinity) when not pinned."""
+    if not nodes:
+        return {}
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}]}]}}
 
 
 class Launcher:
