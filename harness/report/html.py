@@ -228,6 +228,17 @@ def rank_lines(metrics: Metrics, key: str) -> list[HLine]:
     return lines
 
 
+def floor_line(metrics: Metrics, key: str, unit: str) -> str:
+    """The floor judged on this key: its value, where it came from and the margin (lowest rank / floor)."""
+    minimum = metrics.minimum
+    if minimum is None or minimum.key != key:
+        return ""
+    margin = f"; margin {minimum.margin:.2f}x (lowest rank / floor)" if minimum.margin is not None else ""
+    origin = f"from the {minimum.origin}: " if minimum.origin else ""
+    return (f'<p class="floor">Floor {esc(fmt_number(minimum.value))} {esc(unit)} per GPU, {esc(origin)}'
+            f'{esc(minimum.source)}{esc(margin)}</p>')
+
+
 def _rank_table(values: Sequence[RankValue], unit: str, reference: float | None) -> str:
     rows = []
     for v in values:
@@ -265,6 +276,7 @@ def rank_section(metrics: Metrics, key: str, unit: str, heading: str, chart_id: 
             + "; ".join(line.label for line in lines)
             + (f". Slow ranks (marked ▼, red): {', '.join(map(str, slow))}." if slow else ". No slow rank."))
     how = f'<p class="how">{esc(refs.how)}</p>' if refs and refs.how else ""
+    how += floor_line(metrics, key, unit)
     title = f"{heading} per rank" + (f" ({unit})" if unit else "")
     chart = rank_chart(chart_id, values, unit, lines, title, desc)
     return (f"<h3>{esc(heading)} per rank</h3><p>{esc(_rank_sentence(values, unit, reference))}</p>{how}"

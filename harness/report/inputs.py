@@ -76,7 +76,9 @@ class Busbw:
 class Minimum:
     key: str
     value: float
-    source: str = ""
+    source: str = ""  # how the floor was derived (formula and sources, a baseline file's line, a setting)
+    origin: str = ""  # table, baseline or setting
+    margin: float | None = None  # the lowest rank's figure / the floor
 
 
 @dataclass
@@ -227,7 +229,8 @@ def _references(raw: Any) -> tuple[dict[str, ReferenceLines], Minimum | None]:
         if key == "minimum":
             value = _number(entry.get("value"))
             if value is not None:
-                minimum = Minimum(_text(entry.get("key")), value, _text(entry.get("source")))
+                minimum = Minimum(_text(entry.get("key")), value, _text(entry.get("source")),
+                                  _text(entry.get("origin")), _number(entry.get("margin")))
             continue
         lines[str(key)] = ReferenceLines(_number(entry.get("reference")), _number(entry.get("threshold")),
                                          _text(entry.get("how")))

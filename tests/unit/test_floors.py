@@ -109,3 +109,19 @@ def test_a_malformed_baseline_is_a_usage_error_naming_the_line(tmp_path, text, n
     path.write_text(text)
     with pytest.raises(baseline.BaselineError, match=named):
         baseline.load.__wrapped__(str(path), 0.9)
+
+
+def test_the_report_shows_the_floor_its_origin_and_the_margin():
+    from harness.report.html import rank_section
+    from harness.report.inputs import _metrics
+
+    ranks = [{"rank": r, "node": f"kwok-p5-{r}", "pod": f"p-{r}", "values": {"tokens_per_s": 150000.0 + r}}
+             for r in range(2)]
+    metrics = _metrics({"workload": "nanogpt", "throughput": {"key": "tokens_per_s", "unit": "tokens/s"},
+                        "ranks": ranks, "references": {"minimum": {
+                            "key": "tokens_per_s", "value": 138800.0, "origin": "table", "margin": 1.08,
+                            "source": "p5.48xlarge (H100) nanogpt/gpt2: 9.89e+14 FLOP/s bf16 peak x minimum MFU 0.12"}}})
+    assert metrics is not None
+    html = rank_section(metrics, "tokens_per_s", "tokens/s", "Throughput", "c1")
+    assert ('<p class="floor">Floor 138,800 tokens/s per GPU, from the table: p5.48xlarge (H100) nanogpt/gpt2: '
+            '9.89e+14 FLOP/s bf16 peak x minimum MFU 0.12; margin 1.08x (lowest rank / floor)</p>') in html, html[:2000]
