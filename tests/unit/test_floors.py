@@ -120,7 +120,8 @@ def test_the_report_shows_the_floor_its_origin_and_the_margin():
     metrics = _metrics({"workload": "nanogpt", "throughput": {"key": "tokens_per_s", "unit": "tokens/s"},
                         "ranks": ranks, "references": {"minimum": {
                             "key": "tokens_per_s", "value": 138800.0, "origin": "table", "margin": 1.08,
-                            "source": "p5.48xlarge (H100) nanogpt/gpt2: 9.89e+14 FLOP/s bf16 peak x minimum MFU 0.12"}}})
+                            "source": "p5.48xlarge (H100) nanogpt/gpt2: 9.89e+14 FLOP/s bf16 peak x minimum MFU 0.12",
+                        }}})
     assert metrics is not None
     html = rank_section(metrics, "tokens_per_s", "tokens/s", "Throughput", "c1")
     assert ('<p class="floor">Floor 138,800 tokens/s per GPU, from the table: p5.48xlarge (H100) nanogpt/gpt2: '
