@@ -34,7 +34,7 @@ def four_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
 
 
 def nanogpt(cluster: LocalCluster, artifacts: Path, **env: str):
-    done = kubetest2(cluster, artifacts, "e2e-nvidia-training", "--test.v", "--test.run=TestNanoGPTTraining$",
+    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.v", "--test.run=TestNanoGPTTraining$",
                      canned=False, timeout=1500, env={**ENV, **env})
     return done, junit_cases(artifacts, "e2e-nvidia-training")["TestNanoGPTTraining"]
 
@@ -69,7 +69,8 @@ def test_nanogpt_passes_against_its_own_baseline_and_fails_naming_a_slowed_node(
 def test_node_pairs_fails_the_slowed_node_and_no_other(four_nodes: LocalCluster, tmp_path: Path):
     four_nodes.set_node_slow(SLOWED, 0.75)
     try:
-        done = kubetest2(four_nodes, tmp_path / "artifacts", "e2e-nvidia", "--test.v", "--test.run=TestNodePairs",
+        done = kubetest2(four_nodes, tmp_path / "artifacts", "exec", "e2e-nvidia", "--test.v",
+                         "--test.run=TestNodePairs",
                          canned=False, timeout=1500, env=ENV)
     finally:
         four_nodes.set_node_slow(SLOWED, None)
