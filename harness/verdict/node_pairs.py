@@ -85,7 +85,8 @@ class NodeResult:
             parts.append(f"pass {i + 1} with {', '.join(self.partners[i])}: {figure} "
                          f"({'slow' if self.slow[i] else 'ok'}, threshold {self.thresholds[i]:.4g})")
         verdict = ("slow in both passes, with different partners: this node is slow" if self.failed else
-                   "slow in one pass only: its partner there was" if any(self.slow) else "not slow in either pass")
+                   "slow in one pass only (its partner there was the slow one)" if any(self.slow) else
+                   "not slow in either pass")
         caveat = (f"; shares a group with {', '.join(self.inseparable_from)} in both passes, so they cannot be told "
                   f"apart" if self.inseparable_from else "")
         return f"{self.node}: {verdict}; " + "; ".join(parts) + caveat

@@ -50,6 +50,7 @@ def test_nanogpt_passes_against_its_own_baseline_and_fails_naming_a_slowed_node(
         done, case = nanogpt(four_nodes, tmp_path / f"judge-{run}", BASELINE=str(baseline))
         props = case_properties(case)
         outcomes.append((done.returncode, props.get("check.throughput_minimum", ""), props.get("check.baseline.nodes")))
+        print(f"run {run + 1}: exit {done.returncode}; {outcomes[-1][1]}; {outcomes[-1][2]}", flush=True)
     print(f"against its own baseline: {sum(rc == 0 for rc, _, _ in outcomes)} of {RUNS} passed")
     assert all(rc == 0 for rc, _, _ in outcomes), outcomes
     assert all("floor from the baseline" in floor for _, floor, _ in outcomes), outcomes
