@@ -51,3 +51,21 @@ def test_inseparable_nodes_say_so():
     assert "shares a group with b in both passes" in results[0].message()
     with pytest.raises(ValueError, match="at least 2 nodes"):
         plan(["a"])
+
+
+def test_the_report_draws_both_passes_per_node():
+    from harness.report.html import node_pairs_section
+    from harness.report.inputs import _node_pairs
+
+    the_plan = plan(["kwok-cpu-0", "kwok-cpu-1", "kwok-cpu-2", "kwok-cpu-3"])
+    results = judge(the_plan, figures(the_plan, "kwok-cpu-1"), 0.8)
+    # What testbins/e2e_nvidia.py's TestNodePairs stores in result.json's node_pairs.
+    raw = {"nodes": {r.node: {"partners": [list(x) for x in r.partners], "busbw_gbps": list(r.figures),
+                              "thresholds": list(r.thresholds), "slow": list(r.slow), "failed": r.failed}
+                     for r in results}}
+    html = node_pairs_section(_node_pairs(raw), "t-pairs")
+    assert html.count("<svg") == 2 and 'id="t-pairs-1"' in html and 'id="t-pairs-2"' in html
+    assert "pair all-reduce bus bandwidth (GB/s). Slow: kwok-cpu-0, kwok-cpu-1." in html
+    assert "bandwidth (GB/s). Slow: kwok-cpu-1, kwok-cpu-3." in html
+    assert html.count("FAIL: slow in both passes") == 1 and "<td>kwok-cpu-1</td>" in html
+    assert node_pairs_section([], "x") == ""
