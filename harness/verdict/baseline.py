@@ -9,8 +9,9 @@ line 1 `{"kind": "kt2t-baseline", "version": 1}`, then one entry per test:
    message, when there was one), "versions", "images"}.
 A later run's entry is the one with its node type, workload and size (the last such line wins);
 another node type, workload or size is not-applicable, saying which the file holds. Per node, a
-node's compute time and probe figures are judged against its own baseline figures, so a node
-that slowed is named even when synchronous training slowed every rank alike.
+node's compute time and probe figures are judged against its own baseline figures (relative to the
+other nodes' margins: judge_nodes), so a node that slowed is named even when synchronous training
+slowed every rank alike.
 """
 
 from __future__ import annotations
@@ -187,34 +188,44 @@ def append(path: str, entry: dict[str, Any]) -> None:
 
 
 def judge_nodes(metrics: WorkloadMetrics, baseline: Baseline, node_type: str | None, size: str | None) -> Verdict:
-    """baseline.nodes: each node's compute time and probes against its own baseline figures; a node
-    slower than tolerance on any of them is named with the figure, its baseline and the margin."""
+    """baseline.nodes: each node's compute time and probes against its own baseline figures, as a
+    margin (figure / baseline, inverted for times), compared with the median margin of every node on
+    that figure: a node is slow below BASELINE_TOLERANCE x that median. What slows every node alike
+    (a shared, loaded host; a new driver) moves the median and names no node (the throughput floor
+    judges it); a node that slowed more than the others is named, with its margin and the median's."""
     name = "baseline.nodes"
     entry, why = baseline.entry(node_type, metrics.workload, size)
     if entry is None:
         return Verdict([Check.not_applicable(name, why)])
-    slow, compared, absent = [], 0, []
+    margins: dict[str, dict[str, tuple[float, float, float]]] = {}  # key -> node -> (margin, now, before)
+    absent = []
     for node, figures in node_figures(metrics).items():
         if node not in entry.nodes:
             absent.append(node)
             continue
         for key, value in figures.items():
             before = entry.nodes[node].get(key)
-            if before is None:
+            if before is None or value <= 0:
                 continue
-            compared += 1
             probe = compared_probe(key)
             lower_better = key == COMPUTE_TIME_KEY or (probe is not None and not probe.higher_is_better)
-            margin = before / value if lower_better else value / before
-            if margin < baseline.tolerance:
-                slow.append(f"node {node}: {key} {fmt(value)} vs baseline {fmt(before)} (margin {margin:.2f}x, "
-                            f"tolerance {baseline.tolerance:g})")
+            margins.setdefault(key, {})[node] = (before / value if lower_better else value / before, value, before)
     where = f"{baseline.path} line {entry.line}"
+    compared = {key: nodes for key, nodes in margins.items() if len(nodes) >= 2}
     if not compared:
-        return Verdict([Check.not_applicable(name, f"no node of this run is in {where} "
-                                                   f"(it holds {', '.join(sorted(entry.nodes)) or 'none'})")])
+        return Verdict([Check.not_applicable(name, f"fewer than 2 nodes of this run are in {where} (it holds "
+                                                   f"{', '.join(sorted(entry.nodes)) or 'none'}): no node to compare")])
+    slow = []
+    for key, nodes in compared.items():
+        median = statistics.median(m for m, _, _ in nodes.values())
+        for node, (margin, value, before) in sorted(nodes.items()):
+            if margin < baseline.tolerance * median:
+                slow.append(f"node {node}: {key} {fmt(value)} vs baseline {fmt(before)} (margin {margin:.2f}x, "
+                            f"the nodes' median margin {median:.2f}x, tolerance {baseline.tolerance:g})")
     extra = f"; not in the baseline: {', '.join(absent)}" if absent else ""
     if slow:
-        return Verdict([Check.failed(name, "threshold: slower than the baseline: " + "; ".join(slow[:4]) + extra,
-                                     threshold=True)])
-    return Verdict([Check.passed(name, f"{compared} per-node figures within {baseline.tolerance:g} of {where}{extra}")])
+        return Verdict([Check.failed(name, "threshold: slower than its baseline, beyond the other nodes: "
+                                     + "; ".join(slow[:4]) + extra, threshold=True)])
+    counted = sum(len(nodes) for nodes in compared.values())
+    return Verdict([Check.passed(name, f"{counted} per-node figures within {baseline.tolerance:g} of the nodes' "
+                                       f"median margin against {where}{extra}")])

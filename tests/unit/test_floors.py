@@ -126,3 +126,14 @@ def test_the_report_shows_the_floor_its_origin_and_the_margin():
     html = rank_section(metrics, "tokens_per_s", "tokens/s", "Throughput", "c1")
     assert ('<p class="floor">Floor 138,800 tokens/s per GPU, from the table: p5.48xlarge (H100) nanogpt/gpt2: '
             '9.89e+14 FLOP/s bf16 peak x minimum MFU 0.12; margin 1.08x (lowest rank / floor)</p>') in html, html[:2000]
+
+
+def test_a_slowdown_of_every_node_alike_names_no_node(tmp_path):
+    """A loaded shared host slows every node: the nodes' median margin moves with it."""
+    judged_by = written(tmp_path)
+    metrics = canned("nanogpt", "healthy")
+    for rank in metrics.ranks:
+        rank.values["compute_ms_per_step"] *= 1.4
+        rank.values["probe_matmul_tflops"] /= 1.4
+    (check,) = baseline.judge_nodes(metrics, judged_by, "p5.48xlarge", "gpt2").checks
+    assert check.status is Status.PASS, check.message
