@@ -51,20 +51,20 @@ def test_nanogpt_passes_against_its_own_baseline_and_fails_naming_a_slowed_node(
         props = case_properties(case)
         outcomes.append((done.returncode, props.get("check.throughput_minimum", ""), props.get("check.baseline.nodes")))
         print(f"run {run + 1}: exit {done.returncode}; {outcomes[-1][1]}; {outcomes[-1][2]}", flush=True)
-    print(f"against its own baseline: {sum(rc == 0 for rc, _, _ in outcomes)} of {RUNS} passed")
-    assert all(rc == 0 for rc, _, _ in outcomes), outcomes
-    assert all("floor from the baseline" in floor for _, floor, _ in outcomes), outcomes
+    print(f"against its own baseline: {sum(rc == 0 for rc, _, _ in outcomes)} of {RUNS} passed", flush=True)
     four_nodes.set_node_slow(SLOWED, 0.75)
     try:
-        done, case = nanogpt(four_nodes, tmp_path / "slowed", BASELINE=str(baseline))
+        slowed, case = nanogpt(four_nodes, tmp_path / "slowed", BASELINE=str(baseline))
     finally:
         four_nodes.set_node_slow(SLOWED, None)
-    assert done.returncode != 0
-    props = case_properties(case)
-    assert f"node {SLOWED}" in props["check.baseline.nodes"], props["check.baseline.nodes"]
-    assert props["check.baseline.nodes"].startswith("fail: ")
-    others = [n for n in ("kwok-cpu-0", "kwok-cpu-2", "kwok-cpu-3") if f"node {n}:" in props["check.baseline.nodes"]]
-    assert not others, props["check.baseline.nodes"]
+    named = case_properties(case).get("check.baseline.nodes", "")
+    print(f"{SLOWED} slowed: exit {slowed.returncode}; {named}", flush=True)
+    # Judged after the slowed run, so both halves are measured whatever the first shows.
+    assert all(rc == 0 for rc, _, _ in outcomes), outcomes
+    assert all("floor from the baseline" in floor for _, floor, _ in outcomes), outcomes
+    assert slowed.returncode != 0 and named.startswith("fail: ") and f"node {SLOWED}:" in named, named
+    others = [n for n in ("kwok-cpu-0", "kwok-cpu-2", "kwok-cpu-3") if f"node {n}:" in named]
+    assert not others, named
 
 
 def test_node_pairs_fails_the_slowed_node_and_no_other(four_nodes: LocalCluster, tmp_path: Path):
