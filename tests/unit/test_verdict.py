@@ -158,7 +158,8 @@ BROKEN = [
     # Bandwidth (a foreign check: same corpus, the busbw verdict).
     ("p5-single-node-below-floor", Run(nccl_table(300.0, 8), node_type="p5.48xlarge", busbw=("all_reduce_perf", 1)),
      "busbw.floor", "threshold: bus bandwidth at 16 GiB (the sweep's largest message): 298.83 GB/s out-of-place, "
-     "298.83 GB/s in-place, expected >= 414.00 GB/s (margin 0.72x; 0.9 x 460 GB/s, the p5.48xlarge single-node all_reduce floor"),
+     "298.83 GB/s in-place, expected >= 414.00 GB/s (margin 0.72x; 0.9 x 460 GB/s, the p5.48xlarge single-node "
+     "all_reduce floor"),
     ("sweep-stops-short-of-the-floor-size", Run(nccl_table(470.0, 8, max_bytes=2 * GIB), node_type="p5.48xlarge",
                                                 busbw=("all_reduce_perf", 1)),
      "busbw.floor", "the sweep's largest message is 2 GiB (the header asked for 2 GiB), but the p5.48xlarge "
@@ -171,8 +172,8 @@ BROKEN = [
                                        busbw=("all_reduce_perf", 1)), "parse", "busbw: a number, found '46x.1'"),
     ("p5-two-nodes-below-the-published-run", Run(nccl_table(300.0, 16, tag=True), node_type="p5.48xlarge",
                                                  busbw=("all_reduce_perf", 2)),
-     "busbw.floor", "expected >= 438.30 GB/s (margin 0.68x; 0.9 x 487 GB/s, the p5.48xlarge multi-node all_reduce floor measured "
-     "at 16 GiB"),
+     "busbw.floor", "expected >= 438.30 GB/s (margin 0.68x; 0.9 x 487 GB/s, the p5.48xlarge multi-node all_reduce "
+     "floor measured at 16 GiB"),
     ("min-busbw-override", Run(nccl_table(178.0, 16), node_type="p4d.24xlarge", busbw=("all_reduce_perf", 2),
                                overrides={"min_busbw": 228.0}),
      "busbw.floor", "expected >= 205.20 GB/s (margin 0.86x; 0.9 x 228 from NCCL_TESTS_MIN_BW)"),
