@@ -37,6 +37,7 @@ from harness.framework.cli import parse_args, wants_help
 from harness.framework.context import Output, RunContext, TestContext, TestPanic
 from harness.framework.suite import Selected, Selector, Suite, describe_selection, listed
 from harness.report.junit import CaseResult, Outcome, write_junit
+from harness.verdict.baseline import load as load_baseline
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # Go exits 2 when a test binary panics (-test.timeout, os.Exit(0) under -test.paniconexit0).
@@ -56,6 +57,8 @@ def main(suite: Suite, argv: Sequence[str] | None = None) -> int:
         cfg = resolve(parse_args(args))
         if cfg.fail_fast and cfg.parallel:
             raise UsageError("--fail-fast and --parallel are mutually exclusive options (as in e2e-framework)")
+        if cfg.baseline is not None:  # a malformed baseline is a usage error before the cluster is touched
+            load_baseline(cfg.baseline, cfg.baseline_tolerance)
     except (UsageError, ConfigError) as exc:
         return setup_error(suite, fallback_artifacts(), exc)
     configure_logging(cfg.klog_v)

@@ -247,6 +247,16 @@ class Config:
     min_busbw: float | None = setting("fail when the bus bandwidth at the sweep's largest message is below "
                                       "0.9x this many GB/s; unset: the node type's table floor", parse_positive_float,
                                       "a number > 0", env="NCCL_TESTS_MIN_BW")
+    baseline_out: str | None = setting("write this run's figures (throughput per GPU, step time, probe and "
+                                       "compute time per node, bus bandwidth) per node type, workload and size "
+                                       "to this JSON Lines file, for --baseline", parse_path, "a file path",
+                                       env="BASELINE_OUT", flags=("baseline-out",))
+    baseline: str | None = setting("judge against this cluster's own figures (a --baseline-out file) x "
+                                   "BASELINE_TOLERANCE, ahead of the table (MIN_THROUGHPUT_PER_GPU still wins)",
+                                   parse_path, "a file path", env="BASELINE", flags=("baseline",))
+    baseline_tolerance: float = setting("a figure below this fraction of the baseline's (above baseline / "
+                                        "this, for times) fails", parse_fraction, "a number between 0 and 1",
+                                        env="BASELINE_TOLERANCE", default=0.9)
     pod_annotations: Mapping[str, str] = setting("annotations added to every workload pod (k=v,k2=v2)",
                                                  parse_key_values, "comma-separated key=value pairs",
                                                  env="POD_ANNOTATIONS", default={})

@@ -12,9 +12,10 @@ from harness.framework.context import TestContext
 from harness.jobs.job import Job, efa_expected
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.report.results import MetricsMeta
+from harness.verdict import baseline
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
-from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training
+from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training, workload_size
 
 # Not reported in the one-line summary: identities, not measurements.
 UNSUMMARIZED = ("rank", "world_size", "local_rank", "restart_count", "params_checksum", "steps_requested",
@@ -61,10 +62,35 @@ def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int, 
                      processes_per_node: int | None = None) -> tuple[Verdict, MetricsMeta]:
     """The training verdict of a job's metrics (harness.verdict.training.judge_training, as the offline
     `python -m harness.verdict` runs it) with this test's expectations, and how to read the metrics."""
-    spec = WORKLOADS[workload]
-    expect = Expectation(t.name, spec, world_size, t.topology.node_type, t.cfg.straggler_fraction,
-                         t.cfg.min_throughput_per_gpu, t.cfg.accelerator, processes_per_node)
-    return judge_training(metrics, expect), MetricsMeta(world_size, spec.throughput_key, spec.unit)
+    spec, cfg, node_type = WORKLOADS[workload], t.cfg, t.topology.node_type
+    judged_by = baseline.load(cfg.baseline, cfg.baseline_tolerance) if cfg.baseline is not None else None
+    expect = Expectation(t.name, spec, world_size, node_type, cfg.straggler_fraction, cfg.min_throughput_per_gpu,
+                         accelerator=cfg.accelerator, processes_per_node=processes_per_node, baseline=judged_by)
+    verdict = judge_training(metrics, expect)
+    size = workload_size(metrics)
+    if judged_by is not None:
+        verdict.extend(baseline.judge_nodes(metrics, judged_by, node_type, size))
+    if cfg.baseline_out is not None:
+        baseline.append(cfg.baseline_out, baseline.entry_of(metrics, t.name, node_type, spec.throughput_key, size,
+                                                            versions(), images(cfg)))
+    return verdict, MetricsMeta(world_size, spec.throughput_key, spec.unit)
+
+
+def versions() -> dict[str, str]:
+    """What produced a baseline's figures: this harness's version and Python's."""
+    import platform
+    from importlib import metadata
+
+    try:
+        harness_version = metadata.version("kubetest2-training")
+    except metadata.PackageNotFoundError:
+        harness_version = "unknown (not installed as a package)"
+    return {"kubetest2-training": harness_version, "python": platform.python_version()}
+
+
+def images(cfg: object) -> dict[str, str]:
+    """Every image setting's value (the workloads' images) for a baseline entry."""
+    return {name: str(value) for name, value in vars(cfg).items() if name.endswith("_image") and value}
 
 
 def check_efa_path(t: TestContext, job: Job) -> Check | None:

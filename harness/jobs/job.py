@@ -64,7 +64,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
     """Where the workload runs: the topology's nodes (its first `workload.nodes` of them), the
     configuration's images, annotations and timeout."""
     topology, cfg = t.topology, t.cfg
-    nodes = topology.node_names[: workload.nodes] if workload.nodes else topology.node_names
+    nodes = workload.on_nodes or (topology.node_names[: workload.nodes] if workload.nodes else topology.node_names)
     pod_env = pod_environment_passthrough()
     if efa_expected(t, len(nodes)):  # NCCL says which network it used (judged by assessment.check_efa_path)
         pod_env = {"NCCL_DEBUG": "INFO", **pod_env}

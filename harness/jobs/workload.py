@@ -28,6 +28,9 @@ class Workload:
     host_paths: Mapping[str, str] = field(default_factory=dict)
     # Linux capabilities its program needs (per-node launcher; every other is dropped), each said why where declared.
     capabilities: tuple[str, ...] = ()
+    # These nodes exactly (required node affinity on their hostnames), instead of the topology's first
+    # `nodes`: TestNodePairs runs one job per pair of nodes.
+    on_nodes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):

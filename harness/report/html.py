@@ -33,7 +33,7 @@ from harness.report.charts import (
     thin,
     timeline,
 )
-from harness.report.inputs import Check, ConfigValue, Event, Metrics, Pod, Rank, TestResult
+from harness.report.inputs import Check, ConfigValue, Event, Metrics, PairNode, Pod, Rank, TestResult
 
 LOSS_LINES_LIMIT = 16  # ranks drawn one line each up to this many; beyond, a band and the outliers
 LOSS_POINTS_LIMIT = 240  # points per loss line (the data stays in result.json)
@@ -228,6 +228,41 @@ def rank_lines(metrics: Metrics, key: str) -> list[HLine]:
     return lines
 
 
+def node_pairs_section(nodes: Sequence[PairNode], chart_id: str) -> str:
+    """TestNodePairs: per pass, each node's group bandwidth (slow groups marked, the pass's threshold
+    drawn), and a table of both passes per node with the verdict."""
+    if not nodes:
+        return ""
+    charts = []
+    for p in (0, 1):
+        values = [RankValue(i, n.node, f"with {n.partners[p]}", n.busbw_gbps[p], n.slow[p])
+                  for i, n in enumerate(nodes)]
+        threshold = next((n.thresholds[p] for n in nodes if n.thresholds[p] is not None), None)
+        lines = [HLine(threshold, f"threshold {fmt_number(threshold)}", "thr")] if threshold is not None else []
+        slow = [n.node for n in nodes if n.slow[p]]
+        desc = (f"Pass {p + 1}: each node's pair all-reduce bus bandwidth (GB/s). Slow: "
+                f"{', '.join(slow) or 'none'}.")
+        charts.append(f"<figure>{rank_chart(f'{chart_id}-{p + 1}', values, 'GB/s', lines, f'Pass {p + 1}', desc)}"
+                      f"</figure>")
+    rows = [(esc(n.node), *(esc(f"{n.partners[p]}: " + ("no figure" if n.busbw_gbps[p] is None else
+                                                        f"{fmt_number(n.busbw_gbps[p])} GB/s")
+                                + (" (slow)" if n.slow[p] else "")) for p in (0, 1)),
+             "FAIL: slow in both passes" if n.failed else "pass") for n in nodes]
+    return ("<h3>Node pairs, both passes</h3>" + "".join(charts)
+            + details("data table", table(("node", "pass 1", "pass 2", "verdict"), rows, css="data")))
+
+
+def floor_line(metrics: Metrics, key: str, unit: str) -> str:
+    """The floor judged on this key: its value, where it came from and the margin (lowest rank / floor)."""
+    minimum = metrics.minimum
+    if minimum is None or minimum.key != key:
+        return ""
+    margin = f"; margin {minimum.margin:.2f}x (lowest rank / floor)" if minimum.margin is not None else ""
+    origin = f"from the {minimum.origin}: " if minimum.origin else ""
+    return (f'<p class="floor">Floor {esc(fmt_number(minimum.value))} {esc(unit)} per GPU, {esc(origin)}'
+            f'{esc(minimum.source)}{esc(margin)}</p>')
+
+
 def _rank_table(values: Sequence[RankValue], unit: str, reference: float | None) -> str:
     rows = []
     for v in values:
@@ -265,6 +300,7 @@ def rank_section(metrics: Metrics, key: str, unit: str, heading: str, chart_id: 
             + "; ".join(line.label for line in lines)
             + (f". Slow ranks (marked ▼, red): {', '.join(map(str, slow))}." if slow else ". No slow rank."))
     how = f'<p class="how">{esc(refs.how)}</p>' if refs and refs.how else ""
+    how += floor_line(metrics, key, unit)
     title = f"{heading} per rank" + (f" ({unit})" if unit else "")
     chart = rank_chart(chart_id, values, unit, lines, title, desc)
     return (f"<h3>{esc(heading)} per rank</h3><p>{esc(_rank_sentence(values, unit, reference))}</p>{how}"

@@ -76,7 +76,9 @@ class Busbw:
 class Minimum:
     key: str
     value: float
-    source: str = ""
+    source: str = ""  # how the floor was derived (formula and sources, a baseline file's line, a setting)
+    origin: str = ""  # table, baseline or setting
+    margin: float | None = None  # the lowest rank's figure / the floor
 
 
 @dataclass
@@ -144,6 +146,33 @@ class TestResult:
     pods: list[Pod] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what could not be read, shown on the page
+    node_pairs: list[PairNode] = field(default_factory=list)  # TestNodePairs: each node in both passes
+
+
+@dataclass(frozen=True)
+class PairNode:
+    """One node of TestNodePairs: its partners, group figure (GB/s) and slowness in each pass."""
+
+    node: str
+    partners: tuple[str, str]  # pass 1, pass 2, comma-separated
+    busbw_gbps: tuple[float | None, float | None]
+    thresholds: tuple[float | None, float | None]
+    slow: tuple[bool, bool]
+    failed: bool
+
+
+def _node_pairs(raw: Any) -> list[PairNode]:
+    nodes = []
+    for name, raw_entry in _dict(_dict(raw).get("nodes")).items():
+        entry = _dict(raw_entry)
+        partners = [", ".join(map(str, p)) if isinstance(p, list) else "" for p in (entry.get("partners") or [])]
+        figures = [_number(v) for v in (entry.get("busbw_gbps") or [])]
+        thresholds = [_number(v) for v in (entry.get("thresholds") or [])]
+        slow = [v is True for v in (entry.get("slow") or [])]
+        if len(partners) == len(figures) == len(thresholds) == len(slow) == 2:
+            nodes.append(PairNode(str(name), (partners[0], partners[1]), (figures[0], figures[1]),
+                                  (thresholds[0], thresholds[1]), (slow[0], slow[1]), entry.get("failed") is True))
+    return sorted(nodes, key=lambda n: n.node)
 
 
 @dataclass
@@ -227,7 +256,8 @@ def _references(raw: Any) -> tuple[dict[str, ReferenceLines], Minimum | None]:
         if key == "minimum":
             value = _number(entry.get("value"))
             if value is not None:
-                minimum = Minimum(_text(entry.get("key")), value, _text(entry.get("source")))
+                minimum = Minimum(_text(entry.get("key")), value, _text(entry.get("source")),
+                                  _text(entry.get("origin")), _number(entry.get("margin")))
             continue
         lines[str(key)] = ReferenceLines(_number(entry.get("reference")), _number(entry.get("threshold")),
                                          _text(entry.get("how")))
@@ -306,7 +336,8 @@ def read_result(path: Path, binary_hint: str) -> TestResult:
         message=_text(raw.get("message")), detail=_text(raw.get("detail")), started=_text(raw.get("started")),
         elapsed_s=_number(raw.get("elapsed_s")), execution=_text(raw.get("execution")),
         config=_config(raw.get("config")), checks=_checks(raw.get("checks")), metrics=_metrics(raw.get("metrics")),
-        pods=_pods(raw.get("pods")), events=_events(raw.get("events")), problems=problems)
+        pods=_pods(raw.get("pods")), events=_events(raw.get("events")), problems=problems,
+        node_pairs=_node_pairs(raw.get("node_pairs")))
 
 
 # ---- JUnit ----

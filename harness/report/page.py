@@ -26,6 +26,7 @@ from harness.report.html import (
     failure_box,
     fmt_seconds,
     loss_section,
+    node_pairs_section,
     pods_section,
     rank_section,
     summary_table,
@@ -160,7 +161,8 @@ def test_section(test: TestResult, anchor: str, links: Links, run: Run) -> str:
                                f"{anchor}-probe") if metrics.probe_key else "",
                   loss_section(metrics, f"{anchor}-loss", result_link),
                   busbw_section(metrics, f"{anchor}-busbw")]
-    parts += [_junit_metrics(test), pods_section(test, links), events_section(test, f"{anchor}-events", links),
+    parts += [node_pairs_section(test.node_pairs, f"{anchor}-pairs"), _junit_metrics(test),
+              pods_section(test, links), events_section(test, f"{anchor}-events", links),
               config_section(test.config or run.suite_config,
                              "Configuration" + ("" if test.config else " (the run's, from JUnit)")),
               _files_line(test, links)]

@@ -192,6 +192,8 @@ def result_document(binary: str, result: CaseResult, record: TestRecord,
     }
     if record.failed_at is not None:
         document["failed_at"] = rfc3339(record.failed_at)
+    if (pairs := record.verdict.references.get("node_pairs")) is not None:
+        document["node_pairs"] = pairs  # TestNodePairs: both passes' groups and each node's judgement
     return document
 
 

@@ -27,6 +27,9 @@ from harness.verdict.thresholds import (
     busbw_floor,
     source_text,
 )
+from harness.verdict.thresholds import (
+    node_type as node_type_row,
+)
 
 # nccl-tests binaries (and our workloads.allreduce) -> the collective the table's floors are keyed by.
 COLLECTIVES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "alltoall_perf": "alltoall",
@@ -82,7 +85,8 @@ def _floor_for(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
         where += f" on {nodes} nodes"
     floor, listed = busbw_floor(node_type, topology_of(nodes), collective_of(operation), nodes, sweep.max_size)
     if not listed:
-        return None, f"no floor for {where} ({NONE_UNTIL_MEASURED})"
+        why = node_type_row(node_type).busbw_none.get(topology_of(nodes), NONE_UNTIL_MEASURED)
+        return None, f"no floor for {where} ({why})"
     if floor is None:
         requested = sweep.requested_max_bytes
         asked = f" (the header asked for {format_bytes(requested)})" if requested else ""
@@ -116,7 +120,7 @@ def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
               f"source {floor.source} in harness/verdict/thresholds.yaml")
     lowest = min(gbps for _, gbps in halves)
     message = (f"bus bandwidth at {format_bytes(row.size)} (the sweep's largest message): {measured}, expected "
-               f">= {expected:.2f} GB/s ({origin})")
+               f">= {expected:.2f} GB/s (margin {lowest / expected:.2f}x; {origin})")
     if lowest < expected:
         return Check.failed("busbw.floor", f"threshold: {message}", measured=lowest, expected=expected,
                             unit="GB/s", threshold=True), floor

@@ -8,9 +8,11 @@ are therefore compared on what no collective can slow down: the workloads' compu
 
 Which keys are compared: `probe_*` keys ending in a rate (`_tflops`, `_gbps`, `_per_s`: higher is
 better) or a time (`_ms`, `_s`: lower is better); other probe keys describe the probe
-(`probe_matmul_n`, `probe_seconds`) and are not compared. `compute_ms_per_step` (lower is better)
-when a step's compute time is long enough to measure (MIN_COMPARED_COMPUTE_MS), and the workload's
-throughput key (higher is better).
+(`probe_matmul_n`, `probe_seconds`) and are not compared. `compute_ms_per_step` (lower is better):
+the mean of a time-boxed window of steps without the all-reduce (`compute_seconds` long), so it is
+compared at any step time, GPU steps of a few ms included, when every rank's window lasted at least
+MIN_COMPUTE_WINDOW_S; logs without `compute_seconds` (older workloads timed 3 steps) are compared
+only from MIN_COMPARED_COMPUTE_MS a step up. And the workload's throughput key (higher is better).
 
 The reference is the upper quartile of the ranks' values (the lower quartile for times), so a
 minority of slow ranks, up to three of five, cannot drag it down as they would drag a median;
@@ -31,9 +33,13 @@ from harness.verdict.checks import Check, Status, Verdict
 RATE_SUFFIXES = {"_tflops": "TFLOP/s", "_gbps": "GB/s", "_per_s": "/s"}
 TIME_SUFFIXES = {"_ms": "ms", "_s": "s"}
 COMPUTE_TIME_KEY = "compute_ms_per_step"
-# The workloads time 3 steps (workloads/probe.py); below 100 ms a step, that window is a few of a
-# time-shared CPU's scheduling periods, and healthy ranks differed up to 4.9x (7 vs 34 ms) on the
-# local cluster: the compute time is compared only from this reference up (the probe always is).
+COMPUTE_WINDOW_KEY = "compute_seconds"
+# A window of a second or more averages over hundreds of scheduling periods and, on GPUs, over
+# enough steps that launch jitter cancels out: the mean is comparable whatever the step time.
+MIN_COMPUTE_WINDOW_S = 1.0
+# Logs without compute_seconds: the workloads timed 3 steps (workloads/probe.py); below 100 ms a
+# step, that window is a few of a time-shared CPU's scheduling periods, and healthy ranks differed
+# up to 4.9x (7 vs 34 ms) on the local cluster: compared only from this reference up (the probe always is).
 MIN_COMPARED_COMPUTE_MS = 100.0
 MAX_NAMED = 4  # nodes and pods named in one message
 
@@ -170,14 +176,29 @@ def judge_stragglers(ranks: list[RankMetrics], throughput: Compared | None, frac
 
 
 def _compute_time_too_short(ranks: list[RankMetrics]) -> str | None:
-    """Why the compute time is not compared (none reported, or too short to measure), else None."""
+    """Why the compute time is not compared (none reported, a window too short, or, for logs
+    without a window, steps too short to measure), else None."""
     if not any(COMPUTE_TIME_KEY in r.values for r in ranks):
         return "the logs report no per-rank compute time"
-    times = sorted(float(v) for r in ranks if isinstance(v := r.values.get(COMPUTE_TIME_KEY), int | float)
-                   and not isinstance(v, bool) and math.isfinite(v))
+    windows = [_finite(r.values.get(COMPUTE_WINDOW_KEY)) for r in ranks]
+    if any(w is not None for w in windows):
+        short = [f"{where(r)} {fmt(w)} s" if w is not None else f"{where(r)} reported no {COMPUTE_WINDOW_KEY}"
+                 for r, w in zip(ranks, windows, strict=True) if w is None or w < MIN_COMPUTE_WINDOW_S]
+        if short:
+            return (f"the compute window is under {MIN_COMPUTE_WINDOW_S:g} s ({COMPUTE_WINDOW_KEY}) on "
+                    f"{len(short)} of {len(ranks)} ranks: {'; '.join(short[:MAX_NAMED])}; the probe is compared")
+        return None  # a time-boxed window on every rank: comparable at any step time
+    times = sorted(t for r in ranks if (t := _finite(r.values.get(COMPUTE_TIME_KEY))) is not None)
     if len(times) == len(ranks) and len(times) >= 2:
         reference = statistics.quantiles(times, n=4, method="inclusive")[0]
         if reference < MIN_COMPARED_COMPUTE_MS:
             return (f"a step's compute time ({fmt(times[0])}-{fmt(times[-1])} ms) is too short to compare "
-                    f"ranks (from a reference of {MIN_COMPARED_COMPUTE_MS:g} ms up); the probe is compared")
+                    f"ranks (from a reference of {MIN_COMPARED_COMPUTE_MS:g} ms up, for logs without "
+                    f"{COMPUTE_WINDOW_KEY}); the probe is compared")
     return None
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)

@@ -1,5 +1,7 @@
-"""The node-type table (harness/verdict/thresholds.yaml): capacity, throughput minimums and bus bandwidth
-floors, each with its source; a type that is not listed has none ("none until measured")."""
+"""The node-type table (harness/verdict/thresholds.yaml): capacity, throughput floors derived from
+the GPU's peak FLOP/s and a minimum MFU (or a step-time ceiling), and bus bandwidth floors, each with
+its source; a type that is not listed has none ("none until measured"), and a combination the table
+knows has no floor says why (throughput_floor's reason, busbw_none)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ class NodeType:
     bert_samples_per_gpu: Figure | None = None
     # (topology, collective) -> floors, smallest size first
     busbw_floors: dict[tuple[str, str], tuple[Floor, ...]] = field(default_factory=dict)
+    # topology -> why no bus bandwidth floor is listed (none published)
+    busbw_none: dict[str, str] = field(default_factory=dict)
 
 
 @cache
@@ -101,7 +105,63 @@ def node_type(name: str | None) -> NodeType:
         name=str(name), gpu=row.get("gpu"), gpus=row.get("gpus"), efa=row.get("efa"),
         capacity_source=str(row.get("capacity_source", "")),
         bert_samples_per_gpu=Figure(float(bert["value"]), f"{name} table: {bert['source']}") if bert else None,
-        busbw_floors=_floors(row.get("busbw_floors"), str(name)))
+        busbw_floors=_floors(row.get("busbw_floors"), str(name)),
+        busbw_none={str(k): str(v) for k, v in (row.get("busbw_none") or {}).items()})
+
+
+@dataclass(frozen=True)
+class ThroughputFloor:
+    """A throughput floor per GPU (= per rank) in the workload's throughput unit, and how it was
+    derived (the table's formula with its figures and sources, a baseline file, or a setting)."""
+
+    value: float
+    origin: str  # "table", "baseline" or "setting": where it came from, for the report
+    derivation: str  # the formula with its figures, or the file / setting
+
+
+def _table_error(where: str, found: Any, expected: str) -> ThresholdTableError:
+    return ThresholdTableError(f"harness/verdict/thresholds.yaml {where}: expected {expected}, found {found!r}")
+
+
+def throughput_floor(name: str | None, workload: str, size: str | None) -> tuple[ThroughputFloor | None, str]:
+    """The table's throughput floor for a node type, workload and size, or (None, why there is none):
+    floor = peak x mfu_min / flops_per_unit, or units_per_step / max_step_ms for a step-bound workload
+    (thresholds.yaml's header)."""
+    document = _document()
+    gpu = node_type(name).gpu
+    if gpu is None:
+        return None, f"{name or 'this node type'} is not in the table ({NONE_UNTIL_MEASURED})"
+    peak = (document.get("gpu_peaks") or {}).get(gpu)
+    if not isinstance(peak, dict):
+        raise _table_error(f"gpu_peaks.{gpu}", peak, "{flops, precision, sources}")
+    bound = (document.get("step_bound") or {}).get(workload)
+    if bound is not None:
+        value = 1000.0 * float(bound["units_per_step"]) / float(bound["max_step_ms"])
+        return ThroughputFloor(value, "table", (
+            f"{name} ({gpu}) {workload}: step-time ceiling {bound['units_per_step']} units / "
+            f"{bound['max_step_ms']:g} ms = {value:.4g} per GPU (launch-bound, no MFU floor; source "
+            f"{bound['source']}, harness/verdict/thresholds.yaml)")), ""
+    combo = f"{workload}/{size}"
+    if size is None:
+        return None, f"the logs name no {workload} size: no floor can be chosen"
+    if (why := (document.get("no_floor") or {}).get(combo)) is not None:
+        return None, f"no {combo} floor on any GPU: {why}"
+    if peak.get("flops") is None:
+        return None, (f"no {combo} floor for {name}: no published peak for {gpu} "
+                      f"({'; '.join(source_text(s) for s in peak.get('sources', []))})")
+    mfu = (document.get("mfu_min") or {}).get(combo)
+    flops = (document.get("flops_per_unit") or {}).get(combo)
+    if mfu is None or flops is None:
+        return None, f"no {combo} floor for {name}: the table has no minimum MFU for it ({NONE_UNTIL_MEASURED})"
+    precision = str(peak["precision"])
+    if precision not in mfu:
+        raise _table_error(f"mfu_min.{combo}", mfu, f"a {precision} figure (the {gpu} peak's precision)")
+    value = float(peak["flops"]) * float(mfu[precision]) / float(flops)
+    sources = ", ".join(str(s) for s in peak.get("sources", []))
+    return ThroughputFloor(value, "table", (
+        f"{name} ({gpu}) {combo}: {float(peak['flops']):.4g} FLOP/s {precision} peak ({sources}) x minimum MFU "
+        f"{float(mfu[precision]):g} / {float(flops):.4g} FLOP per unit = {value:.4g} per GPU "
+        f"(harness/verdict/thresholds.yaml)")), ""
 
 
 def minimum_throughput(override: float | None, setting: str, name: str | None) -> Figure | None:

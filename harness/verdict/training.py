@@ -17,9 +17,10 @@ import statistics
 from dataclasses import dataclass
 
 from harness.metrics.records import FORMAT_BERT, FORMAT_KT2T, RankMetrics, WorkloadMetrics
+from harness.verdict.baseline import Baseline
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.stragglers import Compared, fmt, judge_stragglers, rank_ranges, where
-from harness.verdict.thresholds import NONE_UNTIL_MEASURED, minimum_throughput
+from harness.verdict.thresholds import NONE_UNTIL_MEASURED, ThroughputFloor, minimum_throughput, throughput_floor
 
 MAX_LISTED = 5  # problems, ranks... named in one message
 
@@ -57,6 +58,7 @@ class Expectation:
     min_throughput_per_gpu: float | None = None  # MIN_THROUGHPUT_PER_GPU
     accelerator: str | None = None  # ACCELERATOR; None: not known (the device checks do not apply)
     processes_per_node: int | None = None  # what the harness launched on every node (gpus_per_node)
+    baseline: Baseline | None = None  # BASELINE: this cluster's own figures, judged ahead of the table
 
 
 def check_parse(metrics: WorkloadMetrics) -> Check:
@@ -276,25 +278,60 @@ def check_gpus(metrics: WorkloadMetrics, expect: Expectation) -> Check:
         return Check.failed("gpus", f"gpus: {_grouped(by_problem)}")
     per = f", gpus_per_node {expect.processes_per_node}" if expect.processes_per_node is not None else ""
     return Check.passed("gpus", f"every rank saw >= local_world_size GPUs{per}")
+def workload_size(metrics: WorkloadMetrics) -> str | None:
+    """The size every rank reported (`size`), None when none did or they disagree."""
+    sizes = {r.values.get("size") for r in metrics.ranks}
+    return sizes.pop() if len(sizes) == 1 and isinstance(next(iter(sizes)), str) else None
+
+
+def floor_of(metrics: WorkloadMetrics, expect: Expectation) -> tuple[ThroughputFloor | None, str]:
+    """The throughput floor per GPU and where it came from, in this order: the setting
+    MIN_THROUGHPUT_PER_GPU (explicit user intent, BERT), the baseline file (BASELINE x
+    BASELINE_TOLERANCE), the table (upstream BERT logs: the type's measured row; KT2T records: peak x
+    minimum MFU / FLOPs per unit). Else (None, why none applies)."""
+    workload, size = expect.spec.workload, workload_size(metrics)
+    if expect.spec.workload == "bert" and expect.min_throughput_per_gpu is not None:
+        return ThroughputFloor(expect.min_throughput_per_gpu, "setting", "MIN_THROUGHPUT_PER_GPU"), ""
+    reasons = []
+    if expect.baseline is not None:
+        floor, why = expect.baseline.throughput_floor(expect.node_type, workload, size, expect.spec.throughput_key)
+        if floor is not None:
+            return floor, ""
+        reasons.append(why)
+    if metrics.source_format == FORMAT_BERT:
+        figure = minimum_throughput(None, "", expect.node_type)
+        if figure is not None:
+            return ThroughputFloor(figure.value, "table", figure.source), ""
+        reasons.append(f"no upstream BERT row for {expect.node_type or 'this node type'} ({NONE_UNTIL_MEASURED})")
+    elif expect.spec.trains:
+        floor, why = throughput_floor(expect.node_type, workload, size)
+        if floor is not None:
+            return floor, ""
+        reasons.append(why)
+    return None, "; ".join(reasons) or f"{workload} has no throughput floor"
 
 
 def check_minimum(metrics: WorkloadMetrics, expect: Expectation, verdict: Verdict) -> Check:
-    """The node type's minimum throughput per GPU (BERT; MIN_THROUGHPUT_PER_GPU overrides); the
-    minimum is drawn on the report's chart (verdict.references)."""
+    """Every rank's throughput at or above the floor (floor_of: setting, baseline or table), with the
+    floor's origin and the margin (lowest rank / floor); the floor is drawn on the report's chart
+    (verdict.references["minimum"])."""
     name, key, unit = "throughput_minimum", expect.spec.throughput_key, expect.spec.unit
-    figure = minimum_throughput(expect.min_throughput_per_gpu, "MIN_THROUGHPUT_PER_GPU", expect.node_type) \
-        if expect.spec.workload == "bert" else None
-    if figure is None:
-        return Check.not_applicable(name, f"no {key} threshold for {expect.node_type or 'this node type'} "
-                                          f"({NONE_UNTIL_MEASURED})")
-    verdict.references["minimum"] = {"key": key, "value": figure.value, "source": figure.source}
+    floor, why = floor_of(metrics, expect)
+    if floor is None:
+        return Check.not_applicable(name, f"no {key} floor: {why}")
     ranks = sorted((r for r in metrics.ranks if _number(r, key) is not None), key=lambda r: _number(r, key) or 0.0)
-    if ranks and (lowest := _number(ranks[0], key) or 0.0) < figure.value:
-        return Check.failed(name, f"threshold: {key} on {where(ranks[0])} is {lowest:.2f} {unit}, expected >= "
-                                  f"{figure.value:.2f} {unit} ({figure.source})", measured=lowest,
-                            expected=figure.value, unit=unit, threshold=True)
-    return Check.passed(name, f"every rank >= {figure.value:g} {unit} ({figure.source})", expected=figure.value,
-                        unit=unit)
+    lowest = _number(ranks[0], key) if ranks else None
+    margin = lowest / floor.value if lowest is not None and floor.value > 0 else None
+    verdict.references["minimum"] = {"key": key, "value": floor.value, "source": floor.derivation,
+                                     "origin": floor.origin, "margin": margin}
+    shown = f"margin {margin:.2f}x; " if margin is not None else ""
+    if lowest is not None and lowest < floor.value:
+        return Check.failed(name, f"threshold: {key} on {where(ranks[0])} is {lowest:.4g} {unit}, expected >= "
+                                  f"{floor.value:.4g} {unit} ({shown}floor from the {floor.origin}: "
+                                  f"{floor.derivation})", measured=lowest, expected=floor.value, unit=unit,
+                            threshold=True)
+    return Check.passed(name, f"every rank >= {floor.value:.4g} {unit} ({shown}floor from the {floor.origin}: "
+                              f"{floor.derivation})", measured=lowest, expected=floor.value, unit=unit)
 
 
 def judge_training(metrics: WorkloadMetrics, expect: Expectation) -> Verdict:

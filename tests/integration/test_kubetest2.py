@@ -131,7 +131,8 @@ def test_bert_threshold_missed_states_measured_and_expected_canned_logs(default_
                           "POD_ANNOTATIONS": f"{CANNED}=bert-mpirun-32ranks"})  # 4 nodes x 8 GPUs: 32 ranks
     assert done.returncode != 0, done.stdout
     (failure,) = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].result
-    assert "is 9.86 samples/s, expected >= 12.00 samples/s (MIN_THROUGHPUT_PER_GPU)" in failure.message
+    assert ("is 9.86 samples/s, expected >= 12 samples/s (margin 0.82x; floor from the setting: "
+            "MIN_THROUGHPUT_PER_GPU)") in failure.message
 
 
 def test_gpu_capacity_canned_logs(default_nodes: LocalCluster, tmp_path: Path):
@@ -176,9 +177,9 @@ def test_nccl_bandwidth_below_floor_fails_canned_logs(default_nodes: LocalCluste
     assert done.returncode != 0
     (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestNCCLTests/single-node"].result
     assert failure.message == ("threshold: bus bandwidth at 16 GiB (the sweep's largest message): 178.09 GB/s "
-                               "out-of-place, 176.32 GB/s in-place, expected >= 205.20 GB/s (0.9 x 228 GB/s, the "
-                               "p4d.24xlarge single-node all_reduce floor measured at 8 GiB; source azure-nhc in "
-                               "harness/verdict/thresholds.yaml)")
+                               "out-of-place, 176.32 GB/s in-place, expected >= 205.20 GB/s (margin 0.86x; 0.9 x 228 "
+                               "GB/s, the p4d.24xlarge single-node all_reduce floor measured at 8 GiB; source "
+                               "azure-nhc in harness/verdict/thresholds.yaml)")
 
 
 def test_allreduce_on_gpu_nodes_canned_logs(default_nodes: LocalCluster, tmp_path: Path):

@@ -116,11 +116,17 @@ def test_healthy_canned_gpu_runs_pass_and_stragglers_name_the_slow_node(workload
     node_type, _ = SHAPES[shape]
     args = ["--test", TRAINING[workload], "--world-size", str(GPU_LOG_RANKS), "--node-type", node_type]
     assert verdict_main([*args, *map(str, gpu_logs(workload, shape, "healthy"))]) == 0, capsys.readouterr().out
-    capsys.readouterr()
+    healthy = capsys.readouterr().out
+    # Issue 25: a floor and the compute-time straggler check apply on every GPU shape (not-applicable fails here).
+    assert any(line.startswith("PASS ") and " throughput_minimum: every rank >= " in line and "margin " in line
+               for line in healthy.splitlines()), healthy
+    assert any(line.startswith("PASS ") and " straggler.compute_ms_per_step: " in line
+               for line in healthy.splitlines()), healthy
     assert verdict_main([*args, *map(str, gpu_logs(workload, shape, "straggler"))]) == 1
     out = capsys.readouterr().out
     named = [line for line in out.splitlines() if line.startswith("FAIL ") and " straggler." in line]
     assert named and all(f"node kwok-{shape}-1 (ranks 8-15, pod {workload}-training-1)" in x for x in named), out
+    assert any(" straggler.compute_ms_per_step: " in line for line in named), out
     failed = [line.split()[1] for line in out.splitlines() if line.startswith("FAIL ")]
     stragglers = [line for line in failed if line.startswith("straggler.")]
     # The slow node is named by its probe (and compute time, where the verdict compares it); DDP drags
