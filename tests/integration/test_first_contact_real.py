@@ -27,7 +27,7 @@ from testbins.e2e_nvidia import APT_CAPABILITIES
 from .conftest import LocalCluster, wait_for
 from .kubetest2_runs import case_properties, junit_cases
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_nodes, pytest.mark.images]
 
 REAL_NODE_TYPE = "container-cpu"
 BIN = Path(sys.executable).parent

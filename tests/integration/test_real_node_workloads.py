@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "hack"))
 from local_cluster.real_nodes import linux
 from local_cluster.real_nodes.layout import ClusterLayout
 
-pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
+pytestmark = [pytest.mark.integration, pytest.mark.real_nodes, pytest.mark.images]
 
 HACK_IMAGES = REPO / "hack" / "images"
 BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
