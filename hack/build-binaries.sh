@@ -32,6 +32,13 @@ module_dir() {
   echo "$dir"
 }
 
+# `build-binaries.sh module-dir TOOL MODULE`: MODULE's source folder, at the version hack/go/TOOL pins
+# (hack/render-trainer-manifests.sh renders its manifests from there).
+if [[ ${1:-} == module-dir ]]; then
+  module_dir "$here/go/${2:?usage: build-binaries.sh module-dir TOOL MODULE}" "${3:?usage: build-binaries.sh module-dir TOOL MODULE}"
+  exit
+fi
+
 # cached_build LABEL DEST "BINARY..." BUILD_COMMAND...: unless every BINARY is in DEST, run
 # BUILD_COMMAND with the folder to build into appended, then move that folder into place whole (an
 # interrupted build leaves only DEST.partial, never a DEST that looks cached).
@@ -124,7 +131,11 @@ GO
 # The CRDs `hack/local-cluster up` installs, copied out of the pinned modules so that `up` needs
 # neither `go` nor the module cache (the binaries' cache is all it reads).
 CRDS=("kwok sigs.k8s.io/kwok $KWOK_VERSION kustomize/crd/bases/kwok.x-k8s.io_logs.yaml"
-      "mpi-operator github.com/kubeflow/mpi-operator $MPI_OPERATOR_VERSION manifests/base/kubeflow.org_mpijobs.yaml")
+      "mpi-operator github.com/kubeflow/mpi-operator $MPI_OPERATOR_VERSION manifests/base/kubeflow.org_mpijobs.yaml"
+      "trainer github.com/kubeflow/trainer/v2 $TRAINER_VERSION manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"
+      "trainer github.com/kubeflow/trainer/v2 $TRAINER_VERSION manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml"
+      "trainer github.com/kubeflow/trainer/v2 $TRAINER_VERSION manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
+      "jobset sigs.k8s.io/jobset $JOBSET_VERSION config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml")
 # copy_crd TOOL MODULE PATH_IN_MODULE DEST_FILE
 copy_crd() {
   local src
@@ -191,11 +202,22 @@ for crd in "${CRDS[@]}"; do
   mkdir -p "$KT2T_BIN/crds" && ln -sfn "$dest" "$KT2T_BIN/crds/$(basename "$path")"
 done
 
+# Kubeflow Trainer's controller manager and the JobSet controller, unpatched: both take their
+# listen addresses and webhook certificates from a config file (hack/local_cluster/components.py).
+build_tool trainer "$TRAINER_VERSION" "-s -w" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+# build_jobset OUT: JobSet's main package is its module's root; named as upstream's Deployment is.
+build_jobset() {
+  (cd "$here/go/jobset" && go build -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+    -o "$1/jobset-controller-manager" sigs.k8s.io/jobset)
+}
+jobset_dest="$KT2T_CACHE/jobset@$JOBSET_VERSION"
+cached_build "jobset@$JOBSET_VERSION" "$jobset_dest" jobset-controller-manager build_jobset
+
 # One folder with links to every binary, for PATH.
 mkdir -p "$KT2T_BIN"
 for dir in "$KT2T_CACHE/kubetest2@$KUBETEST2_VERSION" "$kwok_dest" \
            "$mpi_dest" "$KT2T_CACHE/kubernetes@$K8S_VERSION" \
-           "$etcd_dest"; do
+           "$etcd_dest" "$KT2T_CACHE/trainer@$TRAINER_VERSION" "$jobset_dest"; do
   for bin in "$dir"/*; do ln -sfn "$bin" "$KT2T_BIN/$(basename "$bin")"; done
 done
 echo "$KT2T_BIN"

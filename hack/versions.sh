@@ -5,6 +5,9 @@ export K8S_VERSION=v1.34.4
 export ETCD_VERSION=v3.6.4
 export KWOK_VERSION=v0.7.0
 export MPI_OPERATOR_VERSION=v0.7.0
+# Kubeflow Trainer v2 and the JobSet version its go.mod pins (hack/go/trainer, hack/go/jobset).
+export TRAINER_VERSION=v2.1.0
+export JOBSET_VERSION=v0.10.1
 # kubetest2 is unversioned: a pseudo-version served by the Go module proxy.
 export KUBETEST2_VERSION=v0.0.0-20240309080311-0d7ca9ccb41e
 export KT2T_CACHE=${KT2T_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetest2-training}

@@ -23,13 +23,16 @@ from .kubeconfig import write_kubeconfig
 from .pki import CLIENT_IDENTITIES, Pki
 from .processes import ProcessRecord, code_fingerprint
 from .settings import Settings
+from .training_controllers import TRAINING_CONTROLLERS
 
 # Written into the state folder by `up`; `down` deletes only a folder that carries it.
 STATE_MARKER = ".kubetest2-training-local-cluster"
 
 # CRDs installed before the components that need them start. hack/build-binaries.sh copies them
 # out of the pinned Go modules into <bin dir>/crds/, so `up` needs no `go` and no module cache.
-CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml")
+CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml", "trainer.kubeflow.org_trainjobs.yaml",
+             "trainer.kubeflow.org_trainingruntimes.yaml", "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+             "jobset.x-k8s.io_jobsets.yaml")
 
 
 # Waiting for many nodes: at least this long per node (1,000 nodes took about 4 minutes), and
@@ -102,6 +105,8 @@ class LocalCluster:
                 write_kubeconfig(kubeconfig_path(self.settings, identity.name), self.settings.apiserver_url,
                                  self.pki, identity.name)
             write_kubeconfig(self.settings.kubeconfig, self.settings.apiserver_url, self.pki, "admin")
+            for controller in TRAINING_CONTROLLERS:
+                controller.write_files(self.settings, self.pki)
             for component in self.components():
                 self.ensure_running(component)
                 if component.name == "kube-apiserver":
@@ -170,7 +175,8 @@ class LocalCluster:
                    lambda: tail(self.log_file(component), 5))
 
     def bootstrap_api(self) -> None:
-        """What the components after the API server need from it: CRDs, mpi-operator's lock namespace."""
+        """What the components after the API server need from it: CRDs, mpi-operator's lock namespace,
+        the training controllers' webhook configurations."""
         api = self.api()
         for file_name in CRD_FILES:
             crd_file = self.settings.bin_dir / "crds" / file_name
@@ -180,6 +186,10 @@ class LocalCluster:
                 if document:
                     api.apply(document)
         api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_OPERATOR_LOCK_NAMESPACE}})
+        # Trainer's and JobSet's webhooks, served on 127.0.0.1 once their controllers start.
+        for controller in TRAINING_CONTROLLERS:
+            for configuration in controller.webhook_configurations(self.settings, self.pki):
+                api.apply(configuration)
         for file_name in CRD_FILES:
             group, plural = Path(file_name).stem.split("_", 1)
             crd_name = f"{plural}.{group}"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .pki import Pki
 from .settings import HACK_DIR, LOOPBACK, Settings
+from .training_controllers import TRAINER, TRAINING_CONTROLLERS, TrainingController
 
 # Label that kwok manages nodes by; the nodes this package creates carry it.
 KWOK_NODE_LABEL = "type"
@@ -45,7 +46,7 @@ def components(settings: Settings, pki: Pki) -> list[Component]:
     """Every component, in the order they must start (each needs the ones before it)."""
     c = ComponentCommands(settings, pki)
     return [c.etcd(), c.kube_apiserver(), c.kube_controller_manager(), c.kube_scheduler(), c.kwok(),
-            c.mpi_operator(), c.node_agent()]
+            c.mpi_operator(), *(c.training_controller(t) for t in TRAINING_CONTROLLERS), c.node_agent()]
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,23 @@ class ComponentCommands:
         ], f"http://{LOOPBACK}:{port}/healthz", port,
             # Read by the loopback patch that hack/build-binaries.sh compiles in.
             env={"MPI_OPERATOR_HEALTH_ADDRESS": f"{LOOPBACK}:{port}", "PYTHONPATH": str(HACK_DIR)})
+
+    def training_controller(self, controller: TrainingController) -> Component:
+        """Trainer's controller manager or the JobSet controller (training_controllers.py), supervised
+        as the kubelet would restart it; healthy once /readyz says its webhook server serves."""
+        settings = self.settings
+        env = {"PYTHONPATH": str(HACK_DIR)}
+        if controller is TRAINER:
+            # Its webhook server reads $TMPDIR/k8s-webhook-server/serving-certs (no certDir setting).
+            env["TMPDIR"] = str(controller.folder(settings))
+        return Component(controller.name, [
+            sys.executable, "-m", "local_cluster.supervisor", "--",
+            self.binary(controller.name),
+            f"--kubeconfig={self.kubeconfig(controller.name)}",
+            f"--config={controller.config_file(settings)}",
+            "--zap-log-level=2",  # as upstream's Deployments
+        ], f"http://{controller.address(settings, 'health')}/readyz", controller.port(settings, "health"),
+            env=env, code_files=[controller.config_file(settings)])
 
     def node_agent(self) -> Component:
         settings = self.settings

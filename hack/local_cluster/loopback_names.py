@@ -5,7 +5,7 @@ cluster runs on this one machine).
   (`<host>.<service>[.<namespace>[.svc[.cluster.local]]]`, the torchrun launcher's
   `MASTER_ADDR=<job>-0.<job>`) is rewritten to 127.0.0.1 in env values and arguments; not in
   mpirun's host lists (`-H`, `--host`): its `ssh` stand-in needs the names to find the pods.
-- The rendezvous port a pod passes (`MASTER_PORT`, `--master-port[=]`, `--master_port[=]`,
+- The rendezvous port a pod passes (`MASTER_PORT`, `PET_MASTER_PORT`, `--master-port[=]`, `--master_port[=]`,
   `--rdzv-endpoint=host:port`) would collide between jobs running at the same time, so each
   (namespace, service, port) gets its own free port, the same for every pod of that job.
 - torchrun's c10d rendezvous guesses that it hosts the store when the endpoint is a local
@@ -121,9 +121,10 @@ class LoopbackNames:
         return LOOPBACK + (f":{self.port(port, service)}" if port else ""), service
 
     def env_value(self, name: str, value: str) -> str:
-        if name == "MASTER_ADDR":
+        # PET_*: what torchrun reads its options from (Kubeflow Trainer's torch plugin sets them).
+        if name in ("MASTER_ADDR", "PET_MASTER_ADDR"):
             return self.host(value, allow_bare=True)
-        if name == "MASTER_PORT":
+        if name in ("MASTER_PORT", "PET_MASTER_PORT"):
             return self.port(value)
         return self._dotted_names(value)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,10 @@ CLIENT_IDENTITIES = (
     ClientIdentity("kwok", "kubetest2-training-kwok", "system:masters"),
     ClientIdentity("mpi-operator", "kubetest2-training-mpi-operator", "system:masters"),
     ClientIdentity("node-agent", "kubetest2-training-node-agent", "system:masters"),
+    # Kubeflow Trainer and JobSet: upstream's ClusterRoles are the add-on's (manifests/addons), not
+    # what the local cluster tests.
+    ClientIdentity("trainer-controller-manager", "kubetest2-training-trainer-controller-manager", "system:masters"),
+    ClientIdentity("jobset-controller-manager", "kubetest2-training-jobset-controller-manager", "system:masters"),
 )
 
 
@@ -74,6 +79,12 @@ class Pki:
         """Creates every file; keeps an existing complete PKI (certificates outlive restarts)."""
         if self.is_complete():
             return
+        if all(p.is_file() for p in (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
+                                       self.service_account_key, self.service_account_public_key)):
+            # A cluster made before a client identity was added: sign only what is missing, so
+            # the running components keep trusting the CA.
+            self._sign_clients(i for i in CLIENT_IDENTITIES if not self.client_cert(i.name).is_file())
+            return
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         _openssl("req", "-x509", "-new", "-nodes", *_EC_KEY, "-keyout", self.ca_key, "-out", self.ca_cert,
                  "-days", "3650", "-subj", "/CN=kubetest2-training-ca",
@@ -81,16 +92,20 @@ class Pki:
                  "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")
         self._sign("serving", "/CN=kubetest2-training-serving", "serverAuth",
                    self.serving_cert, self.serving_key, sans=SERVING_SANS)
-        for identity in CLIENT_IDENTITIES:
-            subject = (f"/O={identity.organization}" if identity.organization else "") + f"/CN={identity.common_name}"
-            self._sign(identity.name, subject, "clientAuth",
-                       self.client_cert(identity.name), self.client_key(identity.name))
+        self._sign_clients(CLIENT_IDENTITIES)
         # RSA for the service-account token signer: every Kubernetes version accepts it.
         _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
                  "-out", self.service_account_key)
         _openssl("pkey", "-in", self.service_account_key, "-pubout", "-out", self.service_account_public_key)
         for key in self.directory.glob("*.key"):
             key.chmod(0o600)
+
+    def _sign_clients(self, identities: Iterable[ClientIdentity]) -> None:
+        for identity in identities:
+            subject = (f"/O={identity.organization}" if identity.organization else "") + f"/CN={identity.common_name}"
+            self._sign(identity.name, subject, "clientAuth",
+                       self.client_cert(identity.name), self.client_key(identity.name))
+            self.client_key(identity.name).chmod(0o600)
 
     def _sign(self, name: str, subject: str, usage: str, cert: Path, key: Path,
               sans: tuple[str, ...] = ()) -> None:

@@ -20,6 +20,13 @@ DEFAULT_PORTS: dict[str, int] = {
     "kube-scheduler": 20259,
     "kwok": 20250,
     "mpi-operator": 20280,
+    # Kubeflow Trainer's controller manager and the JobSet controller: health, webhook, metrics.
+    "trainer-health": 20290,
+    "trainer-webhook": 20291,
+    "trainer-metrics": 20292,
+    "jobset-health": 20293,
+    "jobset-webhook": 20294,
+    "jobset-metrics": 20295,
 }
 
 

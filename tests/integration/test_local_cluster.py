@@ -7,6 +7,7 @@ test_pod_execution.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -302,6 +303,18 @@ def listening_addresses(pids: set[int]) -> set[str]:
     return addresses
 
 
+def with_descendants(pids: set[int]) -> set[int]:
+    """pids and every process started under them (from /proc/<pid>/task/*/children)."""
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo += [int(child) for child in children.read_text().split() if int(child) not in found]
+    return found
+
+
 def component_pids(status_output: str) -> dict[str, int]:
     pids = {}
     for line in status_output.splitlines()[1:]:
@@ -314,15 +327,16 @@ def component_pids(status_output: str) -> dict[str, int]:
 def test_every_listener_is_on_loopback(cluster: LocalCluster):
     pids = component_pids(run_local_cluster("status"))
     assert set(pids) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                         "mpi-operator", "node-agent"}
-    addresses = listening_addresses(set(pids.values()))
+                         "mpi-operator", "trainer-controller-manager", "jobset-controller-manager", "node-agent"}
+    # The supervised components' (mpi-operator, trainer, JobSet) sockets are their children's.
+    addresses = listening_addresses(with_descendants(set(pids.values())))
     assert addresses, "no listening socket found"
     assert all(a.startswith("127.0.0.1:") for a in addresses), addresses
 
 
 def free_port_offset() -> int:
     """A KT2T_PORT_OFFSET whose every port is free (other sessions may run second clusters too)."""
-    defaults = (23790, 23800, 26443, 20257, 20259, 20250, 20280)
+    defaults = (23790, 23800, 26443, 20257, 20259, 20250, 20280, *range(20290, 20296))
     # Multiples of 100: no port of one set can then land on a port of another set.
     for offset in random.sample(range(100, 3000, 100), 29):
         try:
@@ -350,7 +364,7 @@ def test_a_second_cluster_comes_up_and_down_leaves_no_process():
             nodes = client.CoreV1Api(api).list_node().items
         assert len(nodes) == 2 and all(node_ready(n) for n in nodes)
         pids = component_pids(run_local_cluster("status", env=env))
-        assert len(pids) == 7
+        assert len(pids) == 9
     finally:
         subprocess.run([str(LOCAL_CLUSTER), "down"], env=env, capture_output=True, check=False)
         shutil.rmtree(state.parent, ignore_errors=True)

@@ -74,6 +74,19 @@ def test_ports_are_per_job_and_shared_by_its_pods():
         "torchrun", f"--master-port={port}", "--master_port", port]
 
 
+def test_trainjob_pet_variables_reach_worker_0_on_the_jobs_own_port():
+    # Kubeflow Trainer's torch plugin: PET_MASTER_ADDR=<job>-node-0-0.<job>, PET_MASTER_PORT=29500,
+    # read by torchrun; JobSet's pods have the job's name as subdomain.
+    ports = PortAllocator()
+    worker0 = LoopbackNames("ns", {"tj"}, "tj", "tj-node-0-0", ports)
+    worker1 = LoopbackNames("ns", {"tj"}, "tj", "tj-node-0-1", ports)
+    assert worker1.env_value("PET_MASTER_ADDR", "tj-node-0-0.tj") == "127.0.0.1"
+    port = worker0.env_value("PET_MASTER_PORT", "29500")
+    assert port != "29500" and worker1.env_value("PET_MASTER_PORT", "29500") == port
+    assert worker0.env_value("MASTER_PORT", "29500") == port  # one job, one rendezvous port
+    assert worker0.env_value("PET_NNODES", "2") == "2"
+
+
 def test_static_torchrun_arguments():
     argv = names("job-1").argv(["torchrun", "--nnodes=2", "--master-addr=job-0.job", "--master-port=29500",
                                 "-m", "workloads.bert"])

@@ -59,6 +59,32 @@ def test_torchrun_template_renders_indexed_job_and_headless_service(tmp_path):
         assert obj["metadata"]["labels"][MANAGED_BY_LABEL] == "kubetest2-training"
 
 
+def trainjob_fields(**overrides):
+    fields = {"JobName": "tj", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {"a": "b"},
+              "Image": "img:1", "WorkerReplicas": 2, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
+              "NodeSelector": {"node.kubernetes.io/instance-type": "kwok-cpu"}, "Command": ["torchrun"],
+              "Args": ["-m", "workloads.allreduce"], "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}]}
+    fields.update(overrides)
+    return fields
+
+
+def test_trainjob_template_sets_the_trainer_and_references_the_runtime():
+    (trainjob,) = render("trainjob.yaml", trainjob_fields())
+    assert (trainjob["apiVersion"], trainjob["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    spec = trainjob["spec"]
+    assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                                  "name": "torch-distributed"}
+    assert spec["trainer"] == {"image": "img:1", "command": ["torchrun"], "args": ["-m", "workloads.allreduce"],
+                               "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}], "numNodes": 2,
+                               "numProcPerNode": 1, "resourcesPerNode": {"requests": {"cpu": "1"}}}
+    assert spec["labels"] == LABELS  # the JobSet's and its Jobs'
+    (override,) = spec["podTemplateOverrides"]
+    assert override["targetJobs"] == [{"name": "node"}]  # the runtime's replicated job
+    assert override["metadata"] == {"labels": LABELS, "annotations": {"a": "b"}}
+    assert override["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "kwok-cpu"}
+    assert override["spec"]["containers"][0]["name"] == "node"
+
+
 def test_mpijob_template():
     fields = torchrun_fields(SlotsPerWorker=8, LauncherCommand=["mpirun", "-np", "32"], BackoffLimit=1,
                              LauncherEnv=[{"name": "MASTER_PORT", "value": "29500"}])
