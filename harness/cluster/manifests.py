@@ -48,8 +48,11 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "ActiveDeadlineSeconds": "the Job's deadline",
     "NodeSelector": "node selector of the workload pods",
     "NodeName": "node a pod is pinned to",
-    "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
-    "Volumes": "the hostPath volumes behind VolumeMounts",
+    "VolumeMounts": "the workload container's volume mounts (host folders, /dev/shm, checkpoints)",
+    "Volumes": "the volumes behind VolumeMounts",
+    "RuntimeKind": "the kind of the TrainJob's runtime: ClusterTrainingRuntime or TrainingRuntime",
+    "RuntimeName": "the name of the TrainJob's runtime",
+    "MaxRestarts": "restarts of the whole JobSet its failure policy allows",
 }
 
 MANIFESTS_PACKAGE = "manifests"

@@ -53,6 +53,8 @@ class Placement:
     accelerator: str
     image: str
     job_timeout: float
+    # The ClusterTrainingRuntime a TrainJob references (TRAINJOB_RUNTIME; trainjob launcher).
+    trainjob_runtime: str = "torch-distributed"
 
     @property
     def node_count(self) -> int:

@@ -63,7 +63,10 @@ def trainjob_fields(**overrides):
     fields = {"JobName": "tj", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {"a": "b"},
               "Image": "img:1", "WorkerReplicas": 2, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
               "NodeSelector": {"node.kubernetes.io/instance-type": "kwok-cpu"}, "Command": ["torchrun"],
-              "Args": ["-m", "workloads.allreduce"], "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}]}
+              "Args": ["-m", "workloads.allreduce"], "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+              "RuntimeKind": "ClusterTrainingRuntime", "RuntimeName": "torch-distributed",
+              "Volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+              "VolumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
     fields.update(overrides)
     return fields
 
