@@ -34,6 +34,9 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Logs": ("/apis/kwok.x-k8s.io/v1alpha1", "logs", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
+    "MutatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", False),
+    "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations",
+                                       False),
 }
 
 
