@@ -7,8 +7,8 @@ import re
 import sys
 import time
 
-from harness.cluster.conditions import log_line_after, log_line_matches, pods_ready
-from harness.cluster.labels import label_value
+from harness.cluster.conditions import log_line_after, log_line_matches, pod_found, pods_ready
+from harness.cluster.labels import JOB_LABEL, label_value
 from harness.cluster.logs import Heading
 from harness.cluster.resources import POD, Obj
 from harness.config.settings import Config
@@ -154,10 +154,15 @@ def record_recovery(t: TestContext, job: Job, worker0: Obj, deleted_at: float) -
     pod = worker0["metadata"]["name"]
     if t.cfg.launcher == "trainjob":
         # JobSet recreates the pods; the new index-0 pod runs rank 0.
-        selector = f"{job.selector},{RESTART_ATTEMPT_LABEL}!=0"
-        job.wait(pods_ready(job.namespace, selector, job.node_count))
-        pod = next(p["metadata"]["name"] for p in job.t.cluster.list(POD, job.namespace, label_selector=selector)
-                   ["items"] if index_of(p) == "0" and not p["metadata"].get("deletionTimestamp"))
+        def restarted_rank0(candidate: Obj) -> bool:
+            meta = candidate["metadata"]
+            return (index_of(candidate) == "0" and (meta.get("labels") or {}).get(RESTART_ATTEMPT_LABEL, "0") != "0"
+                    and (meta.get("labels") or {}).get(JOB_LABEL) == label_value(job.workload.job_name)
+                    and not meta.get("deletionTimestamp")
+                    and candidate.get("status", {}).get("phase") == "Running")
+
+        pod = job.wait(pod_found(job.namespace, job.selector, restarted_rank0,
+                                 "rank 0's pod of the restarted JobSet to run"))
     try:
         line = job.wait(log_line_after(job.namespace, pod, RESUMED_LINE, STEP_LINE))
     except JobFailed as exc:

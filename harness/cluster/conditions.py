@@ -212,6 +212,18 @@ def _pods_counted(namespace: str, label_selector: str, count: int, predicate: Ca
                      check)
 
 
+def pod_found(namespace: str, label_selector: str, predicate: Callable[[Obj], bool], what: str) -> Condition:
+    """A watched pod of the namespace satisfies `predicate` (its name is the description). The
+    predicate sees every pod the wait watches (all sources share one state): it must say itself
+    which pods it means, not rely on `label_selector`."""
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        return next((pod["metadata"]["name"] for pod in state.of_kind("Pod")
+                     if pod["metadata"].get("namespace") == namespace and predicate(pod)), None)
+
+    return Condition(what, (Watched(POD, namespace, label_selector),), check)
+
+
 def pods_ready(namespace: str, label_selector: str, count: int) -> Condition:
     """At least `count` of the selected pods are Ready."""
     return _pods_counted(namespace, label_selector, count, lambda pod: true_condition(pod, "Ready") is not None,

@@ -180,7 +180,8 @@ class Job:
             if (pod.get("status", {}).get("phase") == "Failed" and self.launcher.retried(pod)
                     and name not in self._retried_runs):
                 self._retried_runs.add(name)
-                self.t.logf("run %s failed (%s); its owner runs it again unless its backoffLimit is spent",
+                self.t.logf("run %s failed (%s); its owner runs it again unless its retries (a Job's backoffLimit, "
+                            "a JobSet's maxRestarts) are spent",
                             name, describe_pod(pod))
 
     def _note_started(self, name: str, pod: Obj) -> None:

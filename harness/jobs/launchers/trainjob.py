@@ -48,8 +48,9 @@ CHECKPOINT_ROOT = "/var/tmp/kubetest2-training-checkpoints"
 # Pod annotation of an elastic TrainJob's pods: how many JobSet restarts its runtime allows. A Failed
 # pod so marked is a run JobSet restarts (judged by the JobSet's failure, not the pod's).
 RESTARTS_ANNOTATION = "kubetest2-training/jobset-max-restarts"
-# JobSet's labels on its pods.
+# JobSet's labels on its Jobs and pods.
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # Trainer's event when it cannot make a TrainJob's JobSet; fatal when the runtime is gone (admission
 # checked it existed; deleted since), else retried by Trainer (e.g. a conflict) and left to it.
 RUNTIME_GONE = re.compile(r"not found ClusterTrainingRuntime|TrainingRuntime specified in TrainJob is not found")
@@ -98,9 +99,9 @@ class TrainJob(Launcher):
         return renderings
 
     def made_by_controllers(self, workload: Workload, placement: Placement) -> list[tuple[Resource, str]]:
-        """The JobSet and its Jobs: Trainer gives them the TrainJob's spec.labels, the job's own."""
-        selector = job_selector(workload.job_name)
-        return [(JOBSET, selector), (JOB, selector)]
+        """The JobSet (Trainer gives it the TrainJob's spec.labels, the job's own) and its Jobs (JobSet's
+        label naming their JobSet)."""
+        return [(JOBSET, job_selector(workload.job_name)), (JOB, f"{JOBSET_NAME_LABEL}={workload.job_name}")]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return trainjob_succeeded(placement.namespace, workload.job_name)
