@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from .conftest import LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
+from .conftest import INJECT, REPO, LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
 from .kubetest2_runs import case_properties, junit_cases, kubetest2, suite_properties
 
 pytestmark = pytest.mark.integration
@@ -92,10 +92,18 @@ def test_a_trainjob_naming_a_missing_runtime_fails_in_seconds_naming_it(cluster:
 def test_trainer_and_jobset_are_installed_when_the_crd_is_missing_and_removed_after(cluster: LocalCluster,
                                                                                     tmp_path: Path):
     """The TrainJob CRD deleted: TestNCCLAllReduce (LAUNCHER=trainjob) installs what the cluster lacks
-    of the pinned JobSet and Trainer (their CRDs and Deployments, whose pods kwok plays; the local
-    cluster's controllers, out of cluster, serve once the CRD is back), waits for the webhooks to
-    answer a dry run, trains, and removes what it created."""
+    of the pinned JobSet and Trainer (CRD, RBAC, Services, Deployments: kwok plays Trainer's pod,
+    whose container has no command), waits for the webhooks to answer a dry run (the local cluster's
+    controllers, out of cluster, serve once the CRD is back), trains, and removes what it created.
+    JobSet's Deployment is the one object that cannot run here (its container's command, /manager,
+    is not on this machine: the node agent would crash-loop it, which fails the install at once, as
+    it should): the test puts a canned stand-in in its place first, which the run finds, uses and
+    leaves."""
     ensure_default_nodes(cluster)
+    stand_in = jobset_deployment_stand_in()
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="jobset-system")))
+    apps = client.AppsV1Api(cluster.api)
+    apps.create_namespaced_deployment("jobset-system", stand_in)
     extensions = client.ApiextensionsV1Api(cluster.api)
     extensions.delete_custom_resource_definition("trainjobs.trainer.kubeflow.org")
     wait_for(lambda: "trainjobs.trainer.kubeflow.org" not in crds(extensions), 60, "the TrainJob CRD to go")
@@ -107,13 +115,26 @@ def test_trainer_and_jobset_are_installed_when_the_crd_is_missing_and_removed_af
         assert ("needs the TrainJob CRD (trainer.kubeflow.org/v1alpha1), which this cluster does not serve"
                 in done.stderr)
         assert "created CustomResourceDefinition trainjobs.trainer.kubeflow.org" in done.stderr
+        assert "Deployment kubeflow-system/kubeflow-trainer-controller-manager" in done.stderr
         assert "JobSet's admission webhook answers" in done.stderr
         props = suite_properties(artifacts, "e2e-nvidia")
         assert props["addon.trainer"] == "installed v2.1.0 by this run, removed at the end", props
+        assert props["addon.jobset"] == "installed v0.10.1 by this run, removed at the end", props
         assert case_properties(junit_cases(artifacts, "e2e-nvidia")["TestNCCLAllReduce"])["launcher"] == "trainjob"
         assert "trainjobs.trainer.kubeflow.org" not in crds(extensions)
+        assert apps.read_namespaced_deployment("jobset-controller-manager", "jobset-system")  # left as found
     finally:
+        cluster.core.delete_namespace("jobset-system")
         run_local_cluster("up")  # puts the CRD back
+
+
+def jobset_deployment_stand_in() -> dict:
+    """JobSet's Deployment from the pinned manifest, its pod canned (kwok runs it, Ready)."""
+    (deployment,) = [doc for doc in yaml.safe_load_all((REPO / "manifests" / "addons" / "jobset.yaml").read_text())
+                     if doc and doc["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]["metadata"]
+    template.setdefault("annotations", {})[f"{INJECT}canned-log"] = "bert-mpirun-32ranks"
+    return deployment
 
 
 def crds(extensions: client.ApiextensionsV1Api) -> set[str]:
