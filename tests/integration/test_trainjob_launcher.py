@@ -109,13 +109,16 @@ def test_trainer_and_jobset_are_installed_when_the_crd_is_missing_and_removed_af
     wait_for(lambda: "trainjobs.trainer.kubeflow.org" not in crds(extensions), 60, "the TrainJob CRD to go")
     try:
         artifacts = tmp_path / "artifacts"
+        # The install path is judged here, not speed: on a loaded 2-core machine one node's probe
+        # can read 0.6x the other's (the straggler verdict has tests of its own).
         done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia", "--test.run=^TestNCCLAllReduce$", canned=False,
-                         timeout=900, env=ENV)
+                         timeout=900, env={**ENV, "STRAGGLER_FRACTION": "0.01"})
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         assert ("needs the TrainJob CRD (trainer.kubeflow.org/v1alpha1), which this cluster does not serve"
                 in done.stderr)
-        assert "created CustomResourceDefinition trainjobs.trainer.kubeflow.org" in done.stderr
-        assert "Deployment kubeflow-system/kubeflow-trainer-controller-manager" in done.stderr
+        (created,) = [line for line in done.stderr.splitlines() if "Kubeflow Trainer v2.1.0: created" in line]
+        assert "CustomResourceDefinition trainjobs.trainer.kubeflow.org" in created, created
+        assert "Deployment kubeflow-system/kubeflow-trainer-controller-manager" in created, created
         assert "JobSet's admission webhook answers" in done.stderr
         props = suite_properties(artifacts, "e2e-nvidia")
         assert props["addon.trainer"] == "installed v2.1.0 by this run, removed at the end", props
