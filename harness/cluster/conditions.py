@@ -1,6 +1,6 @@
-"""Named conditions for wait_for: jobs and MPIJobs done or failed, pods ready, succeeded, failed or
-ended, an MPIJob's worker lost, nodes NotReady or advertising GPUs, an object deleted, a line in a
-pod's log.
+"""Named conditions for wait_for: jobs, MPIJobs, TrainJobs and JobSets done, failed or suspended, a
+Warning event of an object, pods ready, succeeded, failed or ended, an MPIJob's worker lost, nodes
+NotReady or advertising GPUs, an object deleted, a line in a pod's log, or a line after another in it.
 
 A condition that judges many objects (pods, nodes) keeps its answer up to date from the objects
 changed since it last looked (a ChangeCursor) and caches each object's verdict by
@@ -14,7 +14,20 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from harness.cluster.pods import mpi_role, node_of, pod_failure_reason, true_condition, unschedulable_message
-from harness.cluster.resources import CRD, DAEMONSET, DEPLOYMENT, JOB, MPIJOB, NODE, POD, Obj, Resource
+from harness.cluster.resources import (
+    CRD,
+    DAEMONSET,
+    DEPLOYMENT,
+    EVENT,
+    JOB,
+    JOBSET,
+    MPIJOB,
+    NODE,
+    POD,
+    TRAINJOB,
+    Obj,
+    Resource,
+)
 from harness.cluster.wait import Condition
 from harness.cluster.watch import ChangeCursor, ClusterState, FollowedLog, Key, Watched
 from harness.config.topology import GPU_RESOURCE, NodeInfo
@@ -54,6 +67,57 @@ def mpijob_succeeded(namespace: str, name: str) -> Condition:
 
 def mpijob_failed(namespace: str, name: str) -> Condition:
     return _reached(MPIJOB, namespace, name, "Failed", "failed")
+
+
+def trainjob_succeeded(namespace: str, name: str) -> Condition:
+    """A TrainJob (trainer.kubeflow.org/v1alpha1) is Complete."""
+    return _reached(TRAINJOB, namespace, name, "Complete", "succeeded")
+
+
+def trainjob_failed(namespace: str, name: str) -> Condition:
+    """A TrainJob is Failed: its JobSet failed (reason and message are the JobSet's), or Trainer
+    does not support its runtime (TrainingRuntimeNotSupported)."""
+    return _reached(TRAINJOB, namespace, name, "Failed", "failed")
+
+
+def jobset_failed(namespace: str, name: str) -> Condition:
+    """A JobSet is Failed (FailedJobs, ReachedMaxRestarts, FailJobSetFailurePolicyAction ...)."""
+    return _reached(JOBSET, namespace, name, "Failed", "failed")
+
+
+def suspended(resource: Resource, namespace: str, name: str) -> Condition:
+    """The object is Suspended (status True: a TrainJob's reason `Suspended`, a JobSet's
+    `SuspendedJobs`): it will not run until someone resumes it, so waiting is pointless."""
+    label = resource.kind.lower()
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        cond = true_condition(state.get(resource.kind, namespace, name), "Suspended")
+        if cond is None:
+            return None
+        detail = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        return (f"{label} {name} is suspended" + (f" ({detail})" if detail else "")
+                + ": nothing runs until it is resumed")
+
+    return Condition(f"{label} {name} to be suspended",
+                     (Watched(resource, namespace, field_selector=f"metadata.name={name}"),), check)
+
+
+def warning_event(namespace: str, kind: str, name: str, reasons: Iterable[str],
+                  message: re.Pattern[str] | None = None) -> Condition:
+    """A Warning event of the object with one of `reasons` (and, if given, a message matching
+    `message`): a controller saying it cannot make what the object asks for."""
+    wanted = frozenset(reasons)
+    watches = (Watched(EVENT, namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        for event in state.of_kind("Event"):
+            involved = event.get("involvedObject", {})
+            if (event.get("type") == "Warning" and event.get("reason") in wanted and involved.get("kind") == kind
+                    and involved.get("name") == name and (message is None or message.search(event.get("message", "")))):
+                return f"{kind} {name}: {event['reason']}: {event.get('message', '')}"
+        return None
+
+    return Condition(f"a Warning event ({', '.join(sorted(wanted))}) of {kind} {name}", watches, check)
 
 
 def deployment_available(namespace: str, name: str) -> Condition:
@@ -179,6 +243,28 @@ def log_line_matches(namespace: str, pod: str, pattern: re.Pattern[str], contain
     return Condition(f"a line matching {pattern.pattern!r} in the log of {pod}", (followed,), check)
 
 
+def log_line_after(namespace: str, pod: str, first: re.Pattern[str], then: re.Pattern[str],
+                   container: str | None = None) -> Condition:
+    """A line matching `then` after one matching `first` in the pod's log (the `then` line is the
+    description): e.g. the first training step after "resumed from step N"; JobFailed if the log
+    ends without one."""
+    followed = FollowedLog(namespace, pod, re.compile(f"(?:{first.pattern})|(?:{then.pattern})"), container)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        seen_first = False
+        for line in state.log_lines(followed):
+            if seen_first and then.search(line):
+                return line
+            seen_first = seen_first or bool(first.search(line))
+        if state.log_ended(followed):
+            raise JobFailed(f"the log of {pod} ended without a line matching {then.pattern!r} after one matching "
+                            f"{first.pattern!r}", pod)
+        return None
+
+    return Condition(f"a line matching {then.pattern!r} after {first.pattern!r} in the log of {pod}", (followed,),
+                     check)
+
+
 class _MatchingPods:
     """How many watched pods satisfy a predicate, kept up to date from the pods that changed."""
 
@@ -210,6 +296,18 @@ def _pods_counted(namespace: str, label_selector: str, count: int, predicate: Ca
 
     return Condition(f"{count} pods ({label_selector}) to {awaited}", (Watched(POD, namespace, label_selector),),
                      check)
+
+
+def pod_found(namespace: str, label_selector: str, predicate: Callable[[Obj], bool], what: str) -> Condition:
+    """A watched pod of the namespace satisfies `predicate` (its name is the description). The
+    predicate sees every pod the wait watches (all sources share one state): it must say itself
+    which pods it means, not rely on `label_selector`."""
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        return next((pod["metadata"]["name"] for pod in state.of_kind("Pod")
+                     if pod["metadata"].get("namespace") == namespace and predicate(pod)), None)
+
+    return Condition(what, (Watched(POD, namespace, label_selector),), check)
 
 
 def pods_ready(namespace: str, label_selector: str, count: int) -> Condition:

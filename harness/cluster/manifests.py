@@ -52,8 +52,11 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "Requests": "CPU and memory a per-node pod requests (a share of the node's allocatable; none on cpu)",
     "Tolerations": "tolerations of every pod (the GPU and EFA taints, and TOLERATIONS')",
     "NodeAffinity": "the pods' nodeAffinity: the nodes discovery chose, by name (launchers.base.node_affinity)",
-    "VolumeMounts": "read-only mounts of host folders (daemonset launcher)",
-    "Volumes": "the hostPath volumes behind VolumeMounts",
+    "VolumeMounts": "the workload container's volume mounts (host folders, /dev/shm, checkpoints)",
+    "Volumes": "the volumes behind VolumeMounts",
+    "RuntimeKind": "the kind of the TrainJob's runtime: ClusterTrainingRuntime or TrainingRuntime",
+    "RuntimeName": "the name of the TrainJob's runtime",
+    "MaxRestarts": "restarts of the whole JobSet its failure policy allows",
 }
 
 MANIFESTS_PACKAGE = "manifests"

@@ -48,6 +48,10 @@ KNOWN_RESOURCES = {
         Resource("apps/v1", "Deployment", "deployments", True),
         Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False),
         Resource("kubeflow.org/v2beta1", "MPIJob", "mpijobs", True),
+        Resource("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs", True),
+        Resource("trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", True),
+        Resource("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", False),
+        Resource("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True),
         Resource("rbac.authorization.k8s.io/v1", "Role", "roles", True),
         Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
         Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
@@ -60,6 +64,10 @@ JOB = KNOWN_RESOURCES[("batch/v1", "Job")]
 NAMESPACE = KNOWN_RESOURCES[("v1", "Namespace")]
 EVENT = KNOWN_RESOURCES[("v1", "Event")]
 MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
+TRAINJOB = KNOWN_RESOURCES[("trainer.kubeflow.org/v1alpha1", "TrainJob")]
+TRAINING_RUNTIME = KNOWN_RESOURCES[("trainer.kubeflow.org/v1alpha1", "TrainingRuntime")]
+CLUSTER_TRAINING_RUNTIME = KNOWN_RESOURCES[("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime")]
+JOBSET = KNOWN_RESOURCES[("jobset.x-k8s.io/v1alpha2", "JobSet")]
 DAEMONSET = KNOWN_RESOURCES[("apps/v1", "DaemonSet")]
 DEPLOYMENT = KNOWN_RESOURCES[("apps/v1", "Deployment")]
 CRD = KNOWN_RESOURCES[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]

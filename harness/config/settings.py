@@ -224,8 +224,14 @@ class Config:
                                                     "(TestSingleNodeUnitTest)", parse_text, "text",
                                                     env="SKIP_UNIT_TEST_SUBCOMMAND",
                                                     flags=("skipUnitTestSubcommand",))
-    launcher: str = setting("torchrun (Indexed Job + headless Service) or mpi (MPIJob)",
-                            choice("torchrun", "mpi"), "torchrun or mpi", env="LAUNCHER", default="torchrun")
+    launcher: str = setting("torchrun (Indexed Job + headless Service), mpi (MPIJob) or trainjob (Kubeflow "
+                            "Trainer v2 TrainJob on JobSet)", choice("torchrun", "mpi", "trainjob"),
+                            "torchrun, mpi or trainjob", env="LAUNCHER", default="torchrun")
+    trainjob_runtime: str = setting("the ClusterTrainingRuntime LAUNCHER=trainjob's TrainJobs reference; "
+                                    "torch-distributed is installed (pinned) when missing and removed at the end, "
+                                    "another name must exist", parse_dns_label,
+                                    "a ClusterTrainingRuntime name (RFC 1123 label)",
+                                    env="TRAINJOB_RUNTIME", default="torch-distributed")
     workload_size: str | None = setting("model size of the training workloads; unset: tiny on cpu or with "
                                         "-test.short, base on nvidia", choice("tiny", "base", "large"),
                                         "tiny, base or large", env="WORKLOAD_SIZE")
@@ -286,6 +292,10 @@ class Config:
                                              "deadline sits a minute inside)", parse_count, "a whole number >= 2",
                                              env="DCGM_DIAG_TIMEOUT_MINUTES", flags=("dcgmDiagTimeoutMinutes",),
                                              default=180)
+    install_trainer: bool = setting("install Kubeflow Trainer and JobSet (pinned) when a test needs TrainJobs and "
+                                    "the cluster lacks the CRD, remove them at the end; false: such a test fails "
+                                    "naming the missing CRD", parse_bool, "true or false",
+                                    env="INSTALL_TRAINER", default=True)
     metric_dimensions: Mapping[str, str] = setting("CloudWatch metric dimensions (k=v,k2=v2): recorded as JUnit "
                                                    "properties; the CloudWatch export itself is not done here",
                                                    parse_dimensions, "comma-separated key=value pairs",

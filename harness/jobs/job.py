@@ -24,7 +24,7 @@ from harness.cluster.wait import Condition, wait_for
 from harness.cluster.watch import ChangeCursor, ClusterState
 from harness.config.settings import pod_environment_passthrough
 from harness.config.topology import NodeInfo
-from harness.errors import ConfigError, JobFailed, WaitTimeout
+from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
 from harness.framework.context import RunContext, TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
 from harness.jobs.job_metrics import LogScans, job_metrics
@@ -36,6 +36,7 @@ from harness.report.junit import Outcome
 from harness.report.results import event_entry
 from harness.setup.addons import MPI_OPERATOR, ensure, say
 from harness.setup.namespaces import namespace_for
+from harness.setup.trainer import TRAINJOB_API, ensure_trainjob_api
 
 # How long a launcher still exiting after a failure (mpirun noticing a lost worker) is awaited
 # for its last words before the logs are captured.
@@ -46,6 +47,10 @@ FAILURE_SETTLE_SECONDS = 15.0
 JUNIT_LOG_HEAD = 16 * 1024
 JUNIT_LOG_TAIL = 48 * 1024
 JUNIT_LOGS_BUDGET = 16 * 1024 * 1024
+# Trainer's webhook reads runtimes from its cache: one the job itself created just before its
+# TrainJob (the elastic test's) may be refused as missing for a moment.
+JUST_CREATED_RUNTIME = "must be created before the TrainJob is created"
+ADMISSION_RETRY_SECONDS = 5.0
 
 
 def efa_expected(t: TestContext, node_count: int) -> str | None:
@@ -74,6 +79,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
         efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
         job_timeout=cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
+        trainjob_runtime=cfg.trainjob_runtime,
         **smallest_allocatable(topology.nodes, nodes))
 
 
@@ -203,7 +209,8 @@ class Job:
             if (pod.get("status", {}).get("phase") == "Failed" and self.launcher.retried(pod)
                     and name not in self._retried_runs):
                 self._retried_runs.add(name)
-                self.t.logf("run %s failed (%s); its owner runs it again unless its backoffLimit is spent",
+                self.t.logf("run %s failed (%s); its owner runs it again unless its retries (a Job's backoffLimit, "
+                            "a JobSet's maxRestarts) are spent",
                             name, describe_pod(pod))
 
     def _note_started(self, name: str, pod: Obj) -> None:
@@ -279,6 +286,7 @@ class Job:
         self.t.logf("teardown of %s", self.workload.job_name)
         self.capture_logs()
         self._save_events()
+        self._save_made_by_controllers()
         if self.t.junit_case.outcome is not Outcome.PASS:
             self._save_objects()
         if not self.t.keeps_resources():
@@ -294,10 +302,22 @@ class Job:
                  f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]
         (self.t.artifacts_dir / "events.txt").write_text("\n".join(lines) + "\n")
 
+    def _made_by_controllers(self) -> list[Obj]:
+        """The live objects the owner's controllers made (a TrainJob's JobSet and Jobs)."""
+        return [obj for resource, selector in self.launcher.made_by_controllers(self.workload, self.placement)
+                for obj in self.t.cluster.list(resource, self.namespace, label_selector=selector).get("items", [])]
+
+    def _save_made_by_controllers(self) -> None:
+        """Beside the rendered manifests, on every path: what the controllers made of them, as it
+        is now (manifests/<owner kind>-made.yaml, e.g. trainjob-made.yaml: the JobSet, its Jobs)."""
+        made = self._made_by_controllers()
+        if made:
+            save(self.t.artifacts_dir / "manifests", f"{self.launcher.owner.kind.lower()}-made.yaml", made)
+
     def _save_objects(self) -> None:
         owners = [self.t.cluster.get(self.launcher.owner, name, self.namespace)
                   for name in self.launcher.owners(self.workload, self.placement)]
-        live = [obj for obj in (*owners, *self.pods()) if obj]
+        live = [obj for obj in (*owners, *self._made_by_controllers(), *self.pods()) if obj]
         (self.t.artifacts_dir / "objects.yaml").write_text(dump_objects(live))
 
 
@@ -312,9 +332,13 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
 
 
 def ensure_launcher_api(session: RunContext, launcher: Launcher, needed_by: str) -> None:
-    """The API a launcher needs (the MPIJob CRD): mpi-operator installed when it is missing and
-    INSTALL_MPI_OPERATOR allows, else a ConfigError naming what is missing."""
+    """The API a launcher needs: the MPIJob CRD (mpi-operator installed when it is missing and
+    INSTALL_MPI_OPERATOR allows), the TrainJob CRD (Trainer and JobSet, INSTALL_TRAINER, and the
+    runtime: harness.setup.trainer), else a ConfigError naming what is missing."""
     if launcher.needs_api is None:
+        return
+    if launcher.needs_api == TRAINJOB_API:
+        ensure_trainjob_api(session, needed_by)
         return
     cluster = session.cluster
     assert cluster is not None
@@ -329,6 +353,25 @@ def ensure_launcher_api(session: RunContext, launcher: Launcher, needed_by: str)
     ensure(session, MPI_OPERATOR, ())
 
 
+def apply_workload(t: TestContext, obj: Obj) -> None:
+    """Create one object of the job. The API server refusing it at admission (a webhook's denial: a
+    TrainJob naming a runtime that does not exist) fails the test with the webhook's words; a
+    runtime created a moment ago may not be in the webhook's cache yet: asked again, briefly."""
+    deadline = time.monotonic() + ADMISSION_RETRY_SECONDS
+    while True:
+        try:
+            t.cluster.apply(obj)
+            return
+        except ClusterError as exc:
+            message = str(exc)
+            if "denied the request" not in message:
+                raise
+            if JUST_CREATED_RUNTIME in message and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            meta = obj["metadata"]
+            raise JobFailed(f"{obj['kind']} {meta['name']} was refused at admission: {message}") from None
+
 
 def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> Job:
     """Render and apply the workload for its launcher (LAUNCHER unless it names one), installing
@@ -340,9 +383,10 @@ def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_L
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
     job = Job(t, workload, launcher, placement, heading)
+    t.property("launcher", launcher.name)
     t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
     for obj in objects:
-        t.cluster.apply(obj)
+        apply_workload(t, obj)
     job.launched_at = time.monotonic()
     job.note_phase("launch", job.launched_at - started)
     t.logf("launched %s (%s launcher, %d nodes x %d processes, image %s) in namespace %s in %.2fs",

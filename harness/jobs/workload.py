@@ -63,6 +63,8 @@ class Placement:
     # The smallest allocatable CPU (cores) and memory (bytes) of the nodes: what GPU pods' requests derive from.
     node_allocatable_cpu: float = 0.0
     node_allocatable_memory: float = 0.0
+    # The ClusterTrainingRuntime a TrainJob references (TRAINJOB_RUNTIME; trainjob launcher).
+    trainjob_runtime: str = "torch-distributed"
 
     @property
     def node_count(self) -> int:

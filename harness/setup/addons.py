@@ -1,6 +1,8 @@
 """Cluster add-ons a run installs like upstream's TestMain does: the NVIDIA device plugin
-(--installDevicePlugin, default true), the EFA device plugin (--efaEnabled=true) and mpi-operator
-(when a test needs MPIJobs and the cluster lacks the CRD).
+(--installDevicePlugin, default true), the EFA device plugin (--efaEnabled=true), mpi-operator
+(when a test needs MPIJobs and the cluster lacks the CRD), Kubeflow Trainer and JobSet (when a test
+needs TrainJobs and the cluster lacks the CRD) and the torch-distributed ClusterTrainingRuntime
+(harness/setup/trainer.py).
 
 Each comes from a pinned manifest shipped in manifests/addons/ (version and source in its header).
 Only the objects the cluster lacks are created; every object of the add-on is then waited for,
@@ -52,7 +54,12 @@ class Addon:
 NVIDIA_DEVICE_PLUGIN = Addon("NVIDIA device plugin", "nvidia-device-plugin", "v0.17.2")
 EFA_DEVICE_PLUGIN = Addon("EFA device plugin", "efa-device-plugin", "v0.5.8")
 MPI_OPERATOR = Addon("mpi-operator", "mpi-operator", "v0.7.0")
-ADDONS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, MPI_OPERATOR)
+# LAUNCHER=trainjob (harness/setup/trainer.py): JobSet first (Trainer makes JobSets), then Trainer,
+# then the runtime its TrainJobs reference (admitted by Trainer's webhook).
+JOBSET = Addon("JobSet", "jobset", "v0.10.1")
+TRAINER = Addon("Kubeflow Trainer", "trainer", "v2.1.0")
+TORCH_RUNTIME = Addon("torch-distributed ClusterTrainingRuntime", "torch-distributed-runtime", "v2.1.0")
+ADDONS = (NVIDIA_DEVICE_PLUGIN, EFA_DEVICE_PLUGIN, MPI_OPERATOR, JOBSET, TRAINER, TORCH_RUNTIME)
 
 
 def addon_objects(addon: Addon, run_id: str, extra_tolerations: Sequence[Mapping[str, str]] = ()) -> list[Obj]:

@@ -82,7 +82,10 @@ def trainjob(name: str, namespace: str, command: list[str], args: list[str],
         "JobName": name, "Namespace": namespace, "Labels": labels, "PodAnnotations": {}, "Image": IMAGE,
         "WorkerReplicas": nodes, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
         "NodeSelector": {"node.kubernetes.io/instance-type": "kwok-cpu"}, "Command": command, "Args": args,
-        "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *(env or [])]})
+        "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *(env or [])],
+        "RuntimeKind": "ClusterTrainingRuntime", "RuntimeName": "torch-distributed",
+        "Volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "VolumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]})
     return obj
 
 

@@ -68,7 +68,11 @@ def trainjob_fields(**overrides):
     fields = {"JobName": "tj", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {"a": "b"},
               "Image": "img:1", "WorkerReplicas": 2, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
               "NodeSelector": {"node.kubernetes.io/instance-type": "kwok-cpu"}, "Command": ["torchrun"],
-              "Args": ["-m", "workloads.allreduce"], "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}]}
+              "Args": ["-m", "workloads.allreduce"], "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+              "RuntimeKind": "ClusterTrainingRuntime", "RuntimeName": "torch-distributed",
+              "Volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+              "VolumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}], "Tolerations": TOLERATIONS,
+              "NodeAffinity": PINNED}
     fields.update(overrides)
     return fields
 
@@ -87,6 +91,8 @@ def test_trainjob_template_sets_the_trainer_and_references_the_runtime():
     assert override["targetJobs"] == [{"name": "node"}]  # the runtime's replicated job
     assert override["metadata"] == {"labels": LABELS, "annotations": {"a": "b"}}
     assert override["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "kwok-cpu"}
+    assert override["spec"]["tolerations"] == TOLERATIONS
+    assert override["spec"]["affinity"]["nodeAffinity"] == PINNED
     assert override["spec"]["containers"][0]["name"] == "node"
 
 

@@ -28,7 +28,10 @@ def placement(extra=EXTRA, accelerator="nvidia") -> Placement:
 
 
 def pod_specs(obj: dict) -> list[dict]:
-    """Every pod template of an object: a Job's or DaemonSet's, an MPIJob's launcher and workers."""
+    """Every pod template of an object: a Job's or DaemonSet's, an MPIJob's launcher and workers, what a
+    TrainJob's pod template overrides set on the runtime's pods."""
+    if obj["kind"] == "TrainJob":
+        return [override["spec"] for override in obj["spec"]["podTemplateOverrides"]]
     if obj["kind"] == "MPIJob":
         return [spec["template"]["spec"] for spec in obj["spec"]["mpiReplicaSpecs"].values()]
     if obj["kind"] in ("Job", "DaemonSet", "Deployment"):

@@ -10,6 +10,9 @@ Placement (or the pods and logs already captured), no cluster access.
   mpirun's log (harness.jobs.mpirun).
 - per-node: a Job per node with its pod pinned there, running the command once (probes such as
   listing a node's GPUs).
+- trainjob: a Kubeflow Trainer v2 TrainJob on the torch-distributed ClusterTrainingRuntime, run by
+  Trainer as a JobSet of one Indexed Job (torchrun configured by Trainer's PET_* variables); the
+  elastic test's TrainJob restarts its JobSet from a checkpoint kept on the nodes.
 - daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
   containerd check); done when a Ready pod runs on each selected node.
 
@@ -23,8 +26,9 @@ from harness.jobs.launchers.daemonset import DaemonSetCheck
 from harness.jobs.launchers.mpi import Mpi
 from harness.jobs.launchers.per_node import PerNode
 from harness.jobs.launchers.torchrun import Torchrun
+from harness.jobs.launchers.trainjob import TrainJob
 
-__all__ = ["LAUNCHERS", "DaemonSetCheck", "Launcher", "Mpi", "PerNode", "Torchrun", "rank_locations"]
+__all__ = ["LAUNCHERS", "DaemonSetCheck", "Launcher", "Mpi", "PerNode", "Torchrun", "TrainJob", "rank_locations"]
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher
-                                  for launcher in (Torchrun(), Mpi(), PerNode(), DaemonSetCheck())}
+                                  for launcher in (Torchrun(), Mpi(), TrainJob(), PerNode(), DaemonSetCheck())}

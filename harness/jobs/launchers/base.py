@@ -137,6 +137,11 @@ class Launcher:
         """Failure conditions of the owners (the pods' failures are judged for every launcher)."""
         return []
 
+    def made_by_controllers(self, workload: Workload, placement: Placement) -> list[tuple[Resource, str]]:
+        """(kind, label selector) of the objects the owner's controllers make between it and the
+        pods (a TrainJob's JobSet and Jobs): saved with the artifacts' manifests."""
+        return []
+
     def retried(self, pod: Obj) -> bool:
         """Whether this pod, once Failed, is a run its owner retries (judged by the owner's failure)."""
         return False
@@ -158,7 +163,8 @@ class Launcher:
 
 def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[str, str]]:
     """rank -> (pod, node): torchrun puts ranks [i*P, (i+1)*P) on index i; mpirun -map-by slot
-    fills worker i's slots in order. Pods being deleted are left out."""
+    fills worker i's slots in order (JobSet's pods carry the completion index too). Pods being
+    deleted are left out; of two pods of one index the newer counts."""
     workers: dict[int, Obj] = {}
     for pod in pods:
         meta = pod["metadata"]
@@ -166,7 +172,11 @@ def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[
         if index is None:
             match = re.search(r"-worker-(\d+)$", meta["name"])
             index = match.group(1) if match else None
-        if index is not None and not meta.get("deletionTimestamp"):
+        if index is None or meta.get("deletionTimestamp"):
+            continue
+        # A replaced pod (a JobSet restart, a Job's retry) and its replacement: the newer ran last.
+        held = workers.get(int(index))
+        if held is None or meta.get("creationTimestamp", "") >= held["metadata"].get("creationTimestamp", ""):
             workers[int(index)] = pod
     return {index * processes_per_node + local: (pod["metadata"]["name"], pod.get("spec", {}).get("nodeName", "?"))
             for index, pod in workers.items() for local in range(processes_per_node)}
