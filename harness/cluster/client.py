@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.cluster.resources import KNOWN_RESOURCES, Obj, Resource
@@ -63,6 +64,31 @@ def describe_api_error(exc: BaseException) -> str:
 _RAISE = object()  # `_checked`'s "no default": a 404 raises like any other error
 
 
+DEFAULT_KUBECONFIG = Path("~/.kube/config")
+
+
+def _pooled(api_client: k8s_client.ApiClient) -> k8s_client.ApiClient:
+    """Enough connections for parallel log capture of large jobs."""
+    api_client.configuration.connection_pool_maxsize = 64
+    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 64
+    return api_client
+
+
+def _in_cluster_client() -> k8s_client.ApiClient:
+    """A client with the pod's ServiceAccount token and CA (refreshed as the kubelet rotates the token);
+    outside a pod, a ClusterError that says what was looked for."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    configuration = k8s_client.Configuration()
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except k8s_config.ConfigException as exc:
+        raise ClusterError(f"load kubeconfig: none given (--kubeconfig, KUBECONFIG), no ~/.kube/config, and not "
+                           f"in a pod with a ServiceAccount token (in-cluster configuration: {exc})") from None
+    return _pooled(k8s_client.ApiClient(configuration))
+
+
 class Cluster:
     """One API server, reached with a kubeconfig."""
 
@@ -83,15 +109,16 @@ class Cluster:
         unknown context, is a ClusterError naming it."""
         from kubernetes import config as k8s_config
 
+        if kubeconfig is None and not DEFAULT_KUBECONFIG.expanduser().exists():
+            # No --kubeconfig, no KUBECONFIG, no ~/.kube/config: a pod's own ServiceAccount, as
+            # upstream's binaries run in the kubetest2 image inside the cluster.
+            return cls(_in_cluster_client(), retry_budget, cancelled, None)
         try:
             api_client = k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
             where = f" context {context}" if context else ""
             raise ClusterError(f"load kubeconfig {kubeconfig or '~/.kube/config'}{where}: {exc}") from None
-        # Enough connections for parallel log capture of large jobs.
-        api_client.configuration.connection_pool_maxsize = 64
-        api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 64
-        return cls(api_client, retry_budget, cancelled, kubeconfig)
+        return cls(_pooled(api_client), retry_budget, cancelled, kubeconfig)
 
     def server_version(self) -> str:
         """The API server's gitVersion (GET /version); an unreachable server is a ClusterError
