@@ -226,7 +226,10 @@ def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
               "Image": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
               "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0,
-              "Tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+              "Tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+              "NodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                  {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+                  for name in ("kwok-cpu-0", "kwok-cpu-1")]}}}
     for obj in render("mpijob.yaml", fields):
         kube.apply(obj)
     assert kube.get(MPIJOB, "mpi", namespace) is not None

@@ -392,6 +392,10 @@ class RealNodes:
         return ProcessRecord(self.settings.run_dir, name).stop(grace_s=0)
 
     def status_rows(self) -> list[dict[str, Any]]:
+        """netd, CoreDNS and each node's processes while real nodes are wanted; none otherwise (a
+        cluster without real nodes runs neither, and `status` must not call it unhealthy for that)."""
+        if self.wanted() == 0:
+            return []
         rows = []
         for name in self.process_names():
             pid = ProcessRecord(self.settings.run_dir, name).running_pid()
