@@ -7,6 +7,7 @@ this supervisor does. Usage: python -m local_cluster.supervisor -- COMMAND [ARGS
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import subprocess
 import sys
@@ -15,6 +16,14 @@ from datetime import datetime, timezone
 from types import FrameType
 
 MAX_BACKOFF_S = 10.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: the kernel kills it when the supervisor dies, even by SIGKILL. A
+    controller that keeps running without its API server (Trainer's and JobSet's, leader election
+    off) would otherwise outlive a crashed supervisor and be missed by `down`."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     backoff_s = 1.0
     while not stopping:
         started = time.monotonic()
-        child = subprocess.Popen(args)
+        child = subprocess.Popen(args, preexec_fn=die_with_parent)  # noqa: PLW1509 - no threads here
         if stopping:  # the signal came between the loop's check and Popen
             child.terminate()
         code = child.wait()
