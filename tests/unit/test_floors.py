@@ -58,7 +58,7 @@ def canned(workload: str, variant: str):
 
 
 def expect(judged_by: baseline.Baseline | None = None, node_type: str = "p5.48xlarge") -> Expectation:
-    return Expectation("TestNanoGPTTraining", WORKLOADS["nanogpt"], 16, node_type, 0.7, None, judged_by)
+    return Expectation("TestNanoGPTTraining", WORKLOADS["nanogpt"], 16, node_type, 0.7, None, baseline=judged_by)
 
 
 def written(tmp_path: Path) -> baseline.Baseline:

@@ -239,8 +239,8 @@ def test_not_applicable_only_where_it_does_not_apply():
     assert statuses["throughput_minimum"] == (Status.NOT_APPLICABLE,
                                               "no throughput floor: kwok-cpu is not in the table (none until measured)")
     assert statuses["straggler.probe_matmul_tflops"] == (Status.NOT_APPLICABLE, "1 rank: no other rank to compare with")
-    assert "not applicable: throughput_minimum (no throughput floor: kwok-cpu is not in the table" in verdict.summary()
-    assert "device (the accelerator is not known" in verdict.summary()
+    assert "throughput_minimum (no throughput floor: kwok-cpu is not in the table" in verdict.summary()
+    assert "not applicable: device (the accelerator is not known" in verdict.summary()
 
 
 def test_the_first_failing_check_is_the_message_and_a_threshold_is_threshold_missed():
