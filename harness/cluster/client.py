@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -109,6 +110,8 @@ class Cluster:
         unknown context, is a ClusterError naming it."""
         from kubernetes import config as k8s_config
 
+        # KUBECONFIG is read here, not left to the client library, which reads it once at import.
+        kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
         if kubeconfig is None and not DEFAULT_KUBECONFIG.expanduser().exists():
             # No --kubeconfig, no KUBECONFIG, no ~/.kube/config: a pod's own ServiceAccount, as
             # upstream's binaries run in the kubetest2 image inside the cluster.

@@ -105,9 +105,13 @@ def test_pods_reach_each_other_across_nodes_by_address_service_and_dns_name(real
     # The test image's busybox is static: its wget (getaddrinfo) cannot resolve names in a container
     # without NSS libraries, so names go through its own resolver (nslookup, which applies
     # resolv.conf's search list for a name without dots only) and the request through nc.
-    script = ("fetch() { host=${1%:*}; port=${1##*:}; case $host in 10.*) ip=$host;; "
+    # A try is repeated for up to 20 s, as a client would: kube-proxy programs a new Service's rules
+    # on its node some time after the Service is created, and until then the node answers "Network
+    # is unreachable" (it has no route out); CI once ran the client before kube-proxy's sync.
+    script = ("fetch() { host=${1%:*}; port=${1##*:}; for try in $(seq 20); do case $host in 10.*) ip=$host;; "
               "*) ip=$(nslookup $host | sed -n 's/^Address: //p' | tail -1);; esac; "
-              "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $ip $port | tail -1; }; ")
+              "got=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 $ip $port | tail -1); "
+              "[ -n \"$got\" ] && break; sleep 1; done; echo \"$got\"; }; ")
     script += "; ".join(f"echo {label.replace(' ', '_')}=$(fetch {target})" for label, target in targets.items())
     script += "; cat /etc/resolv.conf"
     phase, log = run_to_end(real_nodes, namespace, pod("client", client_node, script))

@@ -43,3 +43,16 @@ def test_a_kubeconfig_given_is_used_even_in_a_pod(no_kubeconfig, monkeypatch):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     with pytest.raises(ClusterError, match=r"load kubeconfig .*missing"):
         Cluster.connect(str(no_kubeconfig / "missing"))
+
+
+def test_the_kubeconfig_environment_variable_is_used_before_the_pods_service_account(no_kubeconfig, monkeypatch):
+    """`python -m harness.cleanup` with KUBECONFIG set and no ~/.kube/config once went in-cluster
+    and failed outside a pod (CI)."""
+    kubeconfig = no_kubeconfig / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    assert Cluster.connect(None).api.configuration.host == "https://127.0.0.1:6443"

@@ -40,11 +40,13 @@ def test_nvidia_without_cuda_exits_2_at_once_naming_cuda(workload):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the no-CUDA path is not real here")
 @pytest.mark.timeout(240)
-def test_nvidia_without_cuda_fails_every_rank_under_torchrun():
+def test_nvidia_without_cuda_stops_torchrun_before_any_rank_trains():
     proc = run_python(*TORCHRUN, "-m", "workloads.nanogpt", "--size", "tiny",
                       env={"ACCELERATOR": "nvidia", "NUM_GPUS_PER_NODE": "2"}, timeout=180)
     assert proc.returncode != 0
-    assert proc.stderr.count(f"workloads.nanogpt: {NO_CUDA}") == 2, proc.stderr[-3000:]
+    # At least one rank names the cause; not necessarily both: torchrun stops the other ranks when
+    # the first exits, and under load the slower one is stopped while still importing torch (CI).
+    assert proc.stderr.count(f"workloads.nanogpt: {NO_CUDA}") >= 1, proc.stderr[-3000:]
     assert "KT2T_METRICS" not in proc.stdout
 
 
