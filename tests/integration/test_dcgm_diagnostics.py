@@ -45,7 +45,8 @@ def test_dcgm_diagnostics_run_on_every_node_at_the_level_asked_and_pass(p5_nodes
     assert len(nodes) == 2, props
     for node in nodes:
         assert props[f"check.dcgm.{node}"].startswith("pass: dcgm-diag level 3 on node"), props
-        assert "16 passed, 0 warned, 0 skipped (DCGM 4.2.3)" in props[f"check.dcgm.{node}"]
+        # 9 software checks for all GPUs, then 6 per-GPU tests x 8 GPUs.
+    assert "57 passed, 0 warned, 0 skipped (DCGM 4.2.3)" in props[f"check.dcgm.{node}"]
     manifests = artifacts / "e2e-nvidia" / "TestDcgmDiagnostics" / "manifests"
     jobs = [doc for doc in yaml.safe_load_all((manifests / "per-node-job.yaml").read_text()) if doc]
     assert len(jobs) == 2
@@ -71,9 +72,9 @@ def test_a_gpu_failing_its_memory_test_fails_naming_node_gpu_test_and_dcgms_word
     assert len(failed) == 2 and all(value.startswith("fail: dcgm-diag level 2 on node") for value in failed)
 
 
-def test_off_by_default_it_skips_saying_how_to_enable(cluster: LocalCluster, tmp_path: Path):
+def test_off_by_default_it_skips_saying_how_to_enable(p5_nodes: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
-    done = kubetest2(cluster, artifacts, "exec", "nvidia.test", "--test.run=^TestDcgmDiagnostics$", env=NVIDIA)
+    done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestDcgmDiagnostics$", env=NVIDIA)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     case = junit_cases(artifacts, "e2e-nvidia")["TestDcgmDiagnostics"]
     assert case.is_skipped and "set --dcgmDiagEnabled to run" in case.result[0].message
