@@ -18,7 +18,7 @@ from harness.cluster.logs import CapturedLog
 from harness.errors import TestFailure
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
-from harness.jobs.assessment import assess, record_verdict
+from harness.jobs.assessment import assess, busbw_baseline, record_verdict
 from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -64,7 +64,8 @@ def test_nccl_allreduce(t: TestContext) -> None:
     job = launch(t, Workload("nccl-allreduce", "workloads.allreduce", ("--size", size, *sweep)))
     job.wait_succeeded()
     assess(t, job, "allreduce", lambda metrics: judge_busbw(
-        "allreduce", metrics.sweep, t.topology.node_type, job.node_count, t.cfg.min_busbw))
+        "allreduce", metrics.sweep, t.topology.node_type, job.node_count, t.cfg.min_busbw,
+        busbw_baseline(t, metrics)))
 
 
 def used_gdrdma(logs: list[CapturedLog]) -> bool:
