@@ -4,7 +4,8 @@ launchers render.
 
 In CI (the kubetest2 image: Debian bookworm-slim with apt and dpkg, 134 MB, built by hack/images):
 - item 6: apt-get installs a package (a local .deb with a file owned by another user: no network)
-  in a per-node pod with exactly APT_CAPABILITIES, and fails with CHOWN dropped;
+  in a per-node pod with exactly APT_CAPABILITIES, and fails with CHOWN dropped (dpkg cannot give
+  the file to its owner);
 - item 9: a per-node pod's /dev/shm is the memory-backed emptyDir (tmpfs larger than the runtime's
   64 MiB default), seen from inside the container;
 - item 4: real nodes tainted nvidia.com/gpu=present:NoSchedule still get the DaemonSet launcher's pods.
@@ -92,15 +93,44 @@ def test_kept_pods_mount_a_memory_dev_shm_and_request_cpu(real, tmp_path: Path):
             cluster.core.delete_namespace(ns)
 
 
-# A package with a file owned by uid 1000 (dpkg chowns it), installed offline by apt from a local file.
+# A package with a file owned by uid 1000, installed offline by apt from a local file: dpkg must chown
+# the file it unpacks to its owner (CAP_CHOWN). The .deb is written by python3 (an ar archive of
+# tar members whose headers carry the owner), so that making it needs no chown: a package of
+# root-owned files installs without CHOWN (seen on the real nodes; apt then only warns that it could
+# not chown its partial/ folders to _apt), which would prove nothing.
 APT_SCRIPT = r"""set -eux
-mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/opt/kt2t
-printf 'Package: kt2t-caps\nVersion: 1.0\nArchitecture: all\nMaintainer: kt2t\nDescription: caps\n' \
-  > /tmp/pkg/DEBIAN/control
-echo hello > /tmp/pkg/opt/kt2t/file && chown 1000:1000 /tmp/pkg/opt/kt2t/file && chmod 0640 /tmp/pkg/opt/kt2t/file
-dpkg-deb --root-owner-group --build /tmp/pkg /tmp/kt2t-caps.deb || dpkg-deb --build /tmp/pkg /tmp/kt2t-caps.deb
+python3 - <<'PY'
+import io, tarfile, time
+now = int(time.time())
+
+def tar(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as archive:
+        for name, data, uid, mode in members:
+            info = tarfile.TarInfo(name)
+            info.uid = info.gid = uid
+            info.mode, info.mtime = mode, now
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+control = b"Package: kt2t-caps\nVersion: 1.0\nArchitecture: all\nMaintainer: kt2t\nDescription: caps\n"
+data = tar([("./opt", None, 0, 0o755), ("./opt/kt2t", None, 0, 0o755),
+            ("./opt/kt2t/file", b"hello\n", 1000, 0o640)])
+members = [(b"debian-binary", b"2.0\n"), (b"control.tar.gz", tar([("./control", control, 0, 0o644)])),
+           (b"data.tar.gz", data)]
+with open("/tmp/kt2t-caps.deb", "wb") as out:
+    out.write(b"!<arch>\n")
+    for name, body in members:
+        out.write(b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, now, 0, 0, b"100644", len(body)))
+        out.write(body + (b"\n" if len(body) % 2 else b""))
+PY
 apt-get install -y /tmp/kt2t-caps.deb
-test "$(stat -c %u /opt/kt2t/file)" = 0 -o "$(stat -c %u /opt/kt2t/file)" = 1000
+test "$(stat -c %u /opt/kt2t/file)" = 1000
 echo APT-INSTALL-DONE
 """
 
@@ -139,6 +169,7 @@ def test_apt_installs_with_exactly_apts_capabilities_on_a_real_node(real_nodes: 
     without_chown = tuple(c for c in APT_CAPABILITIES if c != "CHOWN")
     phase, log = per_node_pod(real_nodes, namespace, node, kubetest2_image, "apt-nochown", APT_SCRIPT, without_chown)
     assert phase == "Failed" and "APT-INSTALL-DONE" not in log, log
+    assert "Operation not permitted" in log, log  # dpkg could not give the file to its owner
 
 
 def test_a_per_node_pod_on_a_real_node_has_a_memory_backed_dev_shm(real_nodes: LocalCluster, kubetest2_image: str,
