@@ -74,7 +74,9 @@ def repeat(workload: str, args: tuple[str, ...], out: Path, *options: str) -> li
         # OMP_NUM_THREADS: what torchrun sets for 2 ranks on one machine; a short probe: these runs
         # are about how the processes end, not what they measure.
         env={"OMP_NUM_THREADS": "1", "KT2T_PROBE_SECONDS": "0.05"},
-        timeout=280,
+        # 60 MNIST runs took 222 s alone on the 2-core machine (3.7 s each) and over 280 s beside the
+        # local cluster in CI: the limit is for a hung run, not a speed target.
+        timeout=560,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines()]
@@ -93,7 +95,7 @@ def describe_failures(results: list[dict], out: Path) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("workload", sorted(TINY_RUNS))
 def test_every_run_exits_cleanly(workload, tmp_path):
     results = repeat(workload, TINY_RUNS[workload], tmp_path)
@@ -102,7 +104,7 @@ def test_every_run_exits_cleanly(workload, tmp_path):
     assert not failed, f"{len(failed)} of {RUNS} runs failed:\n{describe_failures(results, tmp_path)}"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_every_elastic_restart_exits_cleanly(tmp_path):
     results = repeat("nanogpt", ELASTIC_RUN, tmp_path, "--elastic")
     assert [r["run"] for r in results] == list(range(RUNS))
