@@ -76,12 +76,13 @@ def torch_runtime(cluster: LocalCluster) -> Iterator[str]:
 
 
 def trainjob(name: str, namespace: str, command: list[str], args: list[str],
-             env: list[dict[str, Any]] | None = None, nodes: int = 2) -> dict[str, Any]:
+             env: list[dict[str, Any]] | None = None, nodes: int = 2, image: str = IMAGE,
+             node_type: str = "kwok-cpu") -> dict[str, Any]:
     labels = {MANAGED_BY_LABEL: MANAGED_BY, "kubetest2-training/run-id": "it", JOB_LABEL: name}
     (obj,) = render("trainjob.yaml", {
-        "JobName": name, "Namespace": namespace, "Labels": labels, "PodAnnotations": {}, "Image": IMAGE,
+        "JobName": name, "Namespace": namespace, "Labels": labels, "PodAnnotations": {}, "Image": image,
         "WorkerReplicas": nodes, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
-        "NodeSelector": {"node.kubernetes.io/instance-type": "kwok-cpu"}, "Tolerations": [], "NodeAffinity": {},
+        "NodeSelector": {"node.kubernetes.io/instance-type": node_type}, "Tolerations": [], "NodeAffinity": {},
         "Command": command, "Args": args,
         "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *(env or [])],
         "RuntimeKind": "ClusterTrainingRuntime", "RuntimeName": "torch-distributed",
