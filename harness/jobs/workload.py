@@ -31,6 +31,8 @@ class Workload:
     # These nodes exactly (required node affinity on their hostnames), instead of the topology's first
     # `nodes`: TestNodePairs runs one job per pair of nodes.
     on_nodes: tuple[str, ...] | None = None
+    # Pods of the job, all at once on its one node, one GPU each (shared-gpu launcher: GPU sharing tests).
+    pods: int | None = None
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):
