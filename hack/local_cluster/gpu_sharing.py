@@ -6,8 +6,10 @@ What a real plugin (NVIDIA/k8s-device-plugin v0.17.2) does, and how it is stood 
   GPU N times. Here: while a device plugin DaemonSet (image `.../k8s-device-plugin`, no command or
   `nvidia-device-plugin`) carries such a config, every kwok GPU node's capacity and allocatable
   nvidia.com/gpu is set to its shape's GPUs x N; with the stock plugin (no config), or none, back
-  to its shape's GPUs. With `sharing.mps` the real plugin waits for the MPS control daemon before
-  it advertises anything: here, without a DaemonSet running `mps-control-daemon`, nothing is shared.
+  to its shape's GPUs. A node labelled `kubetest2-training.local/gpu-sharing=off` keeps its shape's
+  GPUs whatever the plugin says (fault injection: a node whose plugin does not share). With
+  `sharing.mps` the real plugin waits for the MPS control daemon before it advertises anything:
+  here, without a DaemonSet running `mps-control-daemon`, nothing is shared.
 - Allocation: kubelet hands each container one of the node's GPU replicas. Here the agent gives a
   canned pod that asks for nvidia.com/gpu the lowest free replica slot of its node (slot s is GPU
   s // N) and writes that GPU's UUID where its canned log says `{gpu_uuid}`; the slot is free
@@ -35,6 +37,8 @@ PLUGIN_COMMAND = "nvidia-device-plugin"
 MPS_DAEMON_COMMAND = "mps-control-daemon"
 EXCLUSIVE_PROCESS, DEFAULT_MODE = "Exclusive_Process", "Default"
 PLACEHOLDERS = ("{gpu_uuid}", "{compute_mode}")
+# Fault injection: a node so labelled advertises its physical GPUs only, shared or not.
+SHARING_OFF_LABEL = "kubetest2-training.local/gpu-sharing"
 
 
 @dataclass(frozen=True)
@@ -145,10 +149,11 @@ class GpuSharing:
     def advertise(self, replicas: int) -> None:
         """Every kwok GPU node's nvidia.com/gpu: its shape's GPUs x replicas."""
         for node in self.api.get("Node", labelSelector=MANAGED_LABEL)["items"]:
-            shape = SHAPES.get((node["metadata"].get("labels") or {}).get(MANAGED_LABEL, ""))
+            labels = node["metadata"].get("labels") or {}
+            shape = SHAPES.get(labels.get(MANAGED_LABEL, ""))
             if shape is None or not shape.gpus:
                 continue
-            want = str(shape.gpus * replicas)
+            want = str(shape.gpus * (1 if labels.get(SHARING_OFF_LABEL) == "off" else replicas))
             status = node.get("status") or {}
             if (status.get("allocatable") or {}).get(GPU_RESOURCE) == want == (status.get("capacity") or {}).get(
                     GPU_RESOURCE):
