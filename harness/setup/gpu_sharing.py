@@ -198,6 +198,9 @@ class GpuSharing:
     # (namespace, label selector) of the workload's pods, drained first on restoration.
     workload: tuple[str, str] | None = None
     steps: list[str] = field(default_factory=list)
+    # Set just before share() changes anything: until then there is nothing to restore (and a plugin
+    # the platform supplied must not be touched).
+    changed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _restored: bool = False
 
@@ -234,6 +237,7 @@ class GpuSharing:
         objects = self._objects()
         stock = stock_plugin(cfg.run_id, cfg.tolerations.as_pod_spec())
         say(session, f"replacing {describe(stock)} by one sharing each GPU {self.replicas} times ({self.mode.name})")
+        self.changed = True
         self._delete(stock)
         self._wait(no_pods(PLUGIN_NAMESPACE, PLUGIN_SELECTOR), STEP_SECONDS)
         for obj in objects:
@@ -246,7 +250,7 @@ class GpuSharing:
     def restore(self) -> None:
         """Put back what share() changed, once, each step guarded (see the module docstring)."""
         with self._lock:
-            if self._restored:
+            if self._restored or not self.changed:
                 return
             self._restored = True
         session = self.session

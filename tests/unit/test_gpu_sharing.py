@@ -156,7 +156,7 @@ def sharing_on(cluster: RecordingCluster, mode: setup.SharingMode, installed: st
     session = SimpleNamespace(binary="e2e-nvidia", cfg=cfg, cluster=cluster, properties={
         "addon.nvidia-device-plugin": installed}, teardown=SimpleNamespace(callback=lambda f: None))
     return setup.GpuSharing(session, mode, 4, ("n1", "n2"), physical={"n1": 8, "n2": 8},  # type: ignore[arg-type]
-                            workload=("ns", "job=x"))
+                            workload=("ns", "job=x"), changed=True)
 
 
 @pytest.fixture
@@ -206,9 +206,11 @@ def test_time_slicing_restores_without_the_mps_steps(waited: list[str]):
 def test_a_plugin_the_run_did_not_install_is_not_reconfigured(waited: list[str]):
     cluster = RecordingCluster()
     sharing = sharing_on(cluster, setup.TIME_SLICING, installed="present before the run: not installed, not removed")
+    sharing.changed = False
     with pytest.raises(TestFailure, match="not this harness's to do"):
         sharing.share()
-    assert cluster.calls == []
+    sharing.restore()  # the test's cleanup: nothing was changed, nothing is touched
+    assert cluster.calls == [] and waited == []
 
 
 # -- the stand-in's replica slots --------------------------------------------------------------------------
