@@ -231,3 +231,26 @@ def test_the_standin_hands_out_each_gpu_replicas_times_and_frees_it():
     assert sharing.substitutions(gpu_pod("u1"))["{compute_mode}"] == "Default"
     sharing.sharing = standin.Sharing(4, "mps", mps_daemon=True)
     assert sharing.substitutions(gpu_pod("u1")) == {"{compute_mode}": "Exclusive_Process", "{gpu_uuid}": uuids[1]}
+
+
+# -- the workload ------------------------------------------------------------------------------------------
+
+def test_the_shared_gpu_job_fills_one_node_with_one_gpu_pods_at_once():
+    from harness.cluster.manifests import render
+    from harness.jobs.launchers import LAUNCHERS
+    from harness.jobs.workload import Placement, Workload
+    from testbins.e2e_nvidia import SHARING_SCRIPT
+
+    where = Placement(namespace="ns", labels={"kubetest2-training/job": "gpu-sharing-mps",
+                                              "app.kubernetes.io/managed-by": "kubetest2-training"},
+                      pod_annotations={"a": "b"}, pod_env={}, node_type="p5.48xlarge", node_names=("n0",),
+                      processes_per_node=8, efa_per_node=0, accelerator="nvidia", image="img", job_timeout=60.0)
+    workload = Workload("gpu-sharing-mps", binary="sh", args=("-c", SHARING_SCRIPT), launcher="shared-gpu", pods=32)
+    launcher = LAUNCHERS["shared-gpu"]
+    (job,) = [o for r in launcher.renderings(workload, where) for o in render(r.template, r.fields)]
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (32, 32)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "n0" and pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert pod["containers"][0]["command"] == ["sh", "-c", SHARING_SCRIPT]
+    assert "--query-gpu=uuid,compute_mode --format=csv,noheader" in SHARING_SCRIPT
+    assert launcher.succeeded(workload, where).name == "32 pods (kubetest2-training/job=gpu-sharing-mps) to succeed"
