@@ -254,3 +254,48 @@ def test_the_shared_gpu_job_fills_one_node_with_one_gpu_pods_at_once():
     assert pod["containers"][0]["command"] == ["sh", "-c", SHARING_SCRIPT]
     assert "--query-gpu=uuid,compute_mode --format=csv,noheader" in SHARING_SCRIPT
     assert launcher.succeeded(workload, where).name == "32 pods (kubetest2-training/job=gpu-sharing-mps) to succeed"
+
+
+class FakeApi:
+    """The local cluster's API as the stand-in uses it: DaemonSets, one ConfigMap, nodes, status patches."""
+
+    def __init__(self, daemonsets: list[dict[str, Any]], config_map: dict[str, Any] | None,
+                 node_labels: dict[str, dict[str, str]]) -> None:
+        self.daemonsets, self.config_map = daemonsets, config_map
+        self.nodes = {name: {"metadata": {"name": name, "labels": {"kubetest2-training.local/node": "p5", **labels}},
+                             "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}}
+                      for name, labels in node_labels.items()}
+
+    def get(self, kind: str, **_query: str) -> dict[str, Any]:
+        return {"items": self.daemonsets if kind == "DaemonSet" else list(self.nodes.values())}
+
+    def get_or_none(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        return self.config_map if (kind, name) == ("ConfigMap", setup.CONFIG_MAP) else None
+
+    def merge_patch(self, kind: str, name: str, patch: dict[str, Any], namespace: str = "",
+                    subresource: str = "") -> None:
+        assert (kind, subresource) == ("Node", "status")
+        for key, value in patch["status"].items():
+            self.nodes[name]["status"][key].update(value)
+
+    def advertised(self) -> dict[str, str]:
+        return {name: node["status"]["allocatable"]["nvidia.com/gpu"] for name, node in self.nodes.items()}
+
+
+@pytest.mark.parametrize(("mode", "with_daemon", "expected"), [
+    (setup.TIME_SLICING, False, "32"), (setup.MPS, True, "32"), (setup.MPS, False, "8")])
+def test_the_standin_advertises_what_the_plugin_it_sees_would(mode: setup.SharingMode, with_daemon: bool,
+                                                               expected: str):
+    objects = setup.sharing_objects(mode, 4, "run1", [], {})
+    daemonsets = [o for o in objects
+                  if o["kind"] == "DaemonSet" and (with_daemon or "mps" not in o["metadata"]["name"])]
+    api = FakeApi(daemonsets, objects[0], {"kwok-p5-0": {}, "kwok-p5-1": {standin.SHARING_OFF_LABEL: "off"}})
+    sharing = standin.GpuSharing(api)  # type: ignore[arg-type]
+    sharing.refresh()
+    assert api.advertised() == {"kwok-p5-0": expected, "kwok-p5-1": "8"}  # the labelled node does not share
+    assert sharing.sharing.mps_daemon is with_daemon
+    # The stock plugin back: every node at its GPUs again.
+    api.daemonsets = addon_objects(NVIDIA_DEVICE_PLUGIN, "run1")
+    sharing.refresh()
+    assert api.advertised() == {"kwok-p5-0": "8", "kwok-p5-1": "8"}
+    assert sharing.sharing == standin.Sharing()
