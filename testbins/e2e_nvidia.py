@@ -551,7 +551,8 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         sharing.workload = (job.namespace, job.selector)
         job.wait_succeeded()
         logs = [entry for entry in job.capture_logs() if not entry.previous]
-        reports = {entry.pod: parse_report(entry.pod, entry.node, read_lines(entry.path)) for entry in logs}
+        reports = {entry.pod: parse_report(entry.pod, entry.node, read_lines(entry.path)) if entry.path.exists()
+                   else None for entry in logs}
         intervals = {name: span for name, pod in job.pods_seen.items() if (span := run_interval(pod)) is not None}
         t.property("gpu_sharing.pods", pods)
         t.property("gpu_sharing.peak_running", peak_overlap(intervals.values()))
