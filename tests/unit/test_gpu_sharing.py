@@ -299,3 +299,27 @@ def test_the_standin_advertises_what_the_plugin_it_sees_would(mode: setup.Sharin
     sharing.refresh()
     assert api.advertised() == {"kwok-p5-0": "8", "kwok-p5-1": "8"}
     assert sharing.sharing == standin.Sharing()
+
+
+class Skipped(Exception):
+    pass
+
+
+def context(*flags: str, **env: str) -> Any:
+    """The little of a TestContext the tests read before they touch the cluster."""
+    def skip(reason: str) -> None:
+        raise Skipped(reason)
+    return SimpleNamespace(cfg=resolve(parse_args(list(flags)), env), skip=skip)
+
+
+@pytest.mark.parametrize(("mode", "flag"), [(setup.TIME_SLICING, "--timeSlicingEnabled"), (setup.MPS, "--mpsEnabled")])
+def test_off_by_default_and_refused_without_the_plugin_install(mode: setup.SharingMode, flag: str):
+    from testbins.e2e_nvidia import gpu_sharing
+
+    with pytest.raises(Skipped, match=f"set {flag} to run"):
+        gpu_sharing(mode)(context())
+    with pytest.raises(TestFailure, match=f"{flag} needs --installDevicePlugin=true and ACCELERATOR=nvidia "
+                                          r"\(got --installDevicePlugin=false, ACCELERATOR=nvidia\)"):
+        gpu_sharing(mode)(context(flag, "--installDevicePlugin=false"))
+    with pytest.raises(TestFailure, match="ACCELERATOR=cpu"):
+        gpu_sharing(mode)(context(flag, ACCELERATOR="cpu"))
