@@ -107,13 +107,26 @@ class GpuSharing:
         self.sharing = Sharing()
         # node -> pod uid -> slot
         self.slots: dict[str, dict[str, int]] = {}
+        # DaemonSet uid -> (deleted, generation, being deleted) last refreshed for.
+        self.generations: dict[str, tuple[bool, int | None, bool]] = {}
 
     # ---- the DaemonSets (an informer's callbacks) -----------------------------------------------
 
     def on_list(self, _daemonsets: list[dict[str, Any]]) -> None:
         self.refresh()
 
-    def on_event(self, _event_type: str, _daemonset: dict[str, Any]) -> None:
+    def on_event(self, event_type: str, daemonset: dict[str, Any]) -> None:
+        """Only a device plugin's or MPS daemon's DaemonSet, and only when its spec changed (a new
+        generation), it is deleted or being deleted: their status changes with every pod (a
+        thousand-node roll-out is thousands of events), and each refresh lists the nodes."""
+        if not (any(is_plugin(c) for c in containers(daemonset)) or runs_mps_daemon(daemonset)):
+            return
+        meta = daemonset["metadata"]
+        seen = (event_type == "DELETED", meta.get("generation"), bool(meta.get("deletionTimestamp")))
+        with self.lock:
+            if self.generations.get(meta["uid"]) == seen:
+                return
+            self.generations[meta["uid"]] = seen
         self.refresh()
 
     def read_sharing(self) -> Sharing:

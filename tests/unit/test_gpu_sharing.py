@@ -301,6 +301,23 @@ def test_the_standin_advertises_what_the_plugin_it_sees_would(mode: setup.Sharin
     assert sharing.sharing == standin.Sharing()
 
 
+def test_the_standin_refreshes_only_when_a_plugin_daemonset_changes():
+    sharing = standin.GpuSharing(api=None)  # type: ignore[arg-type]
+    refreshed: list[str] = []
+    sharing.refresh = lambda: refreshed.append("x")  # type: ignore[method-assign]
+    (plugin,) = addon_objects(NVIDIA_DEVICE_PLUGIN, "run1")
+    plugin["metadata"].update(uid="u1", generation=1)
+    other = {"metadata": {"uid": "u2", "generation": 1}, "spec": {"template": {"spec": {"containers": [
+        {"image": "busybox", "command": ["sh"]}]}}}}
+    for event, ds in [("ADDED", plugin), ("MODIFIED", plugin), ("ADDED", other), ("MODIFIED", other)]:
+        sharing.on_event(event, ds)
+    assert refreshed == ["x"]  # the plugin's status updates and other DaemonSets do not list the nodes again
+    plugin["metadata"]["generation"] = 2
+    sharing.on_event("MODIFIED", plugin)
+    sharing.on_event("DELETED", plugin)
+    assert refreshed == ["x"] * 3
+
+
 class Skipped(Exception):
     pass
 
