@@ -106,4 +106,5 @@ def test_enabled_without_the_device_plugin_install_fails_naming_the_flags(p5: Lo
                      "--installDevicePlugin=false", env=SHARING_SUITE)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "--mpsEnabled needs --installDevicePlugin=true and ACCELERATOR=nvidia (got --installDevicePlugin=false" \
-           in done.stdout
+           in done.stdout + done.stderr
+    assert "NVIDIA device plugin" not in done.stderr  # nothing installed, nothing replaced
