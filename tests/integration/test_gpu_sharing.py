@@ -57,7 +57,7 @@ def test_time_slicing_shares_each_gpu_and_the_stock_plugin_comes_back(p5: LocalC
     done = kubetest2(p5, artifacts, "exec", "nvidia.test", "--test.v", "--test.run=^TestTimeSlicing$",
                      "--timeSlicingEnabled", "--nodeType=p5.48xlarge", env=SHARING_SUITE, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    case = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing/time-slicing"]
+    case = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing"]
     props = case_properties(case)
     assert props["gpu_sharing.replicas"] == "4"
     assert {props[f"node.{n}.gpus_advertised"] for n in NODES} == {"32"}
@@ -75,7 +75,7 @@ def test_mps_runs_its_control_daemon_and_the_compute_mode_says_so(p5: LocalClust
     done = kubetest2(p5, artifacts, "exec", "nvidia.test", "--test.run=^TestMPS$", "--mpsEnabled",
                      "--nodeType=p5.48xlarge", env={**SHARING_SUITE, "GPU_SHARING_REPLICAS": "2"}, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    props = case_properties(junit_cases(artifacts, "e2e-nvidia")["TestMPS/mps"])
+    props = case_properties(junit_cases(artifacts, "e2e-nvidia")["TestMPS"])
     assert {props[f"node.{n}.gpus_advertised"] for n in NODES} == {"16"}
     assert props["gpu_sharing.peak_running"] == "16"
     assert props["gpu_sharing.compute_modes"] == "Exclusive_Process"
@@ -95,7 +95,7 @@ def test_a_node_whose_plugin_does_not_share_fails_the_test_naming_it_and_is_rest
     finally:
         p5.core.patch_node("kwok-p5-1", {"metadata": {"labels": {SHARING_OFF_LABEL: None}}})
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
-    (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing/time-slicing"].result
+    (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing"].result
     assert "kwok-p5-1 advertises 8 nvidia.com/gpu, expected 32 (8 GPUs x 4 replicas)" in failure.message
     assert "kwok-p5-0 advertises" not in failure.message
     assert_restored(p5, done.stderr, "time-slicing")
