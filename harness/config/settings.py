@@ -64,6 +64,9 @@ def project_image(name: str) -> str:
 WORKLOADS_IMAGE, NCCL_TESTS_IMAGE = project_image("workloads"), project_image("nccl-tests")
 UPSTREAM_PYTORCH_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/"
                           "pytorch-training:2.1.0-gpu-py310-cu121-ubuntu20.04-ec2")
+# NVIDIA's DCGM image as GPU Operator 25.3 ships it beside device plugin v0.17.2 (the one pinned in
+# manifests/addons): dcgmi talks to the nv-hostengine the test starts in the same container.
+DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
 
 
 class Verbosity(str, Enum):
@@ -303,6 +306,9 @@ class Config:
                                       flags=("dcgmDiagEnabled",), is_bool_flag=True, default=False)
     dcgm_diag_level: str = setting("TestDcgmDiagnostics' `dcgmi diag -r` level", choice("1", "2", "3", "4"),
                                    "1, 2, 3 or 4", env="DCGM_DIAG_LEVEL", flags=("dcgmDiagLevel",), default="4")
+    dcgm_image: str = setting("image of TestDcgmDiagnostics: NVIDIA's DCGM (nv-hostengine and dcgmi), the version the "
+                              "GPU Operator pairing the pinned device plugin v0.17.2 ships", parse_image,
+                              "an image reference", env="DCGM_IMAGE", default=DCGM_IMAGE)
     dcgm_diag_timeout_minutes: int = setting("how long TestDcgmDiagnostics waits, in minutes (at least 2: its Job's "
                                              "deadline sits a minute inside)", parse_count, "a whole number >= 2",
                                              env="DCGM_DIAG_TIMEOUT_MINUTES", flags=("dcgmDiagTimeoutMinutes",),

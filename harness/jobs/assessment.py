@@ -13,6 +13,7 @@ from harness.jobs.job import Job, efa_expected
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.report.results import MetricsMeta
 from harness.verdict import baseline
+from harness.verdict.bandwidth import BaselineKey
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
 from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training, workload_size
@@ -58,12 +59,24 @@ def record_verdict(t: TestContext, verdict: Verdict, metrics: WorkloadMetrics | 
     verdict.raise_if_failed()
 
 
+def cluster_baseline(t: TestContext) -> baseline.Baseline | None:
+    """BASELINE, read once per run (baseline.load caches it); None when unset."""
+    cfg = t.cfg
+    return baseline.load(cfg.baseline, cfg.baseline_tolerance) if cfg.baseline is not None else None
+
+
+def busbw_baseline(t: TestContext, metrics: WorkloadMetrics) -> BaselineKey | None:
+    """What a sweep's bus bandwidth compares with in BASELINE: this workload's entry at this size."""
+    judged_by = cluster_baseline(t)
+    return BaselineKey(judged_by, metrics.workload, workload_size(metrics)) if judged_by is not None else None
+
+
 def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int, workload: str,
                      processes_per_node: int | None = None) -> tuple[Verdict, MetricsMeta]:
     """The training verdict of a job's metrics (harness.verdict.training.judge_training, as the offline
     `python -m harness.verdict` runs it) with this test's expectations, and how to read the metrics."""
     spec, cfg, node_type = WORKLOADS[workload], t.cfg, t.topology.node_type
-    judged_by = baseline.load(cfg.baseline, cfg.baseline_tolerance) if cfg.baseline is not None else None
+    judged_by = cluster_baseline(t)
     expect = Expectation(t.name, spec, world_size, node_type, cfg.straggler_fraction, cfg.min_throughput_per_gpu,
                          accelerator=cfg.accelerator, processes_per_node=processes_per_node, baseline=judged_by)
     verdict = judge_training(metrics, expect)

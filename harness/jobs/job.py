@@ -78,7 +78,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
         pod_annotations=cfg.pod_annotations, pod_env=pod_env,
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
         efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
-        job_timeout=cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
+        job_timeout=workload.timeout or cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
         trainjob_runtime=cfg.trainjob_runtime,
         **smallest_allocatable(topology.nodes, nodes))
 
@@ -192,7 +192,7 @@ class Job:
     def wait(self, condition: Condition, timeout: float | None = None) -> str:
         """Wait for a condition of this job (pods ready, a log line) while failing fast."""
         return wait_for(self.t.cluster, condition, fails_on=self.fails_on(),
-                        timeout=self.t.cfg.job_timeout if timeout is None else timeout,
+                        timeout=self.placement.job_timeout if timeout is None else timeout,
                         cancel=self.t.cancel, on_event=self._remember_pods)
 
     def _remember_pods(self, state: ClusterState) -> None:

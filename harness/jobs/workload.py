@@ -31,6 +31,11 @@ class Workload:
     # These nodes exactly (required node affinity on their hostnames), instead of the topology's first
     # `nodes`: TestNodePairs runs one job per pair of nodes.
     on_nodes: tuple[str, ...] | None = None
+    # How long the test waits for the job, in seconds (default JOB_TIMEOUT): TestDcgmDiagnostics' hours.
+    timeout: float | None = None
+    # The per-node Jobs' activeDeadlineSeconds (default: the wait plus a minute, a backstop for pods
+    # the harness could not delete); TestDcgmDiagnostics sets it a minute inside its wait, as upstream's.
+    deadline_seconds: int | None = None
     # Pods of the job, all at once on its one node, one GPU each (shared-gpu launcher: GPU sharing tests).
     pods: int | None = None
 

@@ -4,7 +4,9 @@ The judged row is the one of the largest message size in the sweep (small messag
 latency, not bandwidth); its out-of-place and in-place bus bandwidth must each reach 0.9 x the
 floor (nccl-tests' own tolerance) for the node type, topology (single node over NVLink, multi-node
 over the network, per node count where the table says so) and collective, from
-harness/verdict/thresholds.yaml, or NCCL_TESTS_MIN_BW when set. The sweep must reach the size the floor
+harness/verdict/thresholds.yaml, or NCCL_TESTS_MIN_BW when set; ahead of the table, a cluster's own
+baseline (BASELINE: the bus bandwidth a healthy run reached at the same largest message, x
+BASELINE_TOLERANCE) for the workloads that write one (workloads.allreduce). The sweep must reach the size the floor
 was measured at, else the check fails saying so. A type without a floor is not judged ("none until
 measured"). Every row's `#wrong` and the out-of-bounds count must be 0. The `# Avg bus bandwidth`
 line (a mean over every size from 8 B) is reported, never judged.
@@ -12,11 +14,13 @@ line (a mean over every size from 8 B) is reported, never judged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from harness.config.values import format_bytes
 from harness.metrics.log_lines import SweepRow
 from harness.metrics.records import Sweep
+from harness.verdict.baseline import BASELINE_SOURCE, Baseline
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.thresholds import (
     BUSBW_TOLERANCE,
@@ -75,18 +79,26 @@ def check_table(sweep: Sweep | None) -> Check:
                                        "no wrong values")
 
 
-def _floor_for(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
-               override: float | None) -> tuple[Floor | None, str]:
-    """The floor to judge against and, when there is none, why (a not-applicable or failing reason)."""
+def _floor_for(operation: str, sweep: Sweep, node_type: str | None, nodes: int, override: float | None,
+               baseline: BaselineKey | None) -> tuple[Floor | None, str]:
+    """The floor to judge against and, when there is none, why (a not-applicable or failing reason):
+    NCCL_TESTS_MIN_BW, else the baseline, else the table."""
     if override is not None:
         return Floor(override, 0, "NCCL_TESTS_MIN_BW"), ""
+    baseline_why = ""
+    if baseline is not None:
+        floor, baseline_why = baseline.baseline.busbw_floor(node_type, baseline.workload, baseline.size,
+                                                            sweep.max_size)
+        if floor is not None:
+            return floor, ""
+        baseline_why = f"; {baseline_why}"
     where = f"{node_type or 'this node type'} {topology_of(nodes)} {collective_of(operation)}"
     if nodes > 1:
         where += f" on {nodes} nodes"
     floor, listed = busbw_floor(node_type, topology_of(nodes), collective_of(operation), nodes, sweep.max_size)
     if not listed:
         why = node_type_row(node_type).busbw_none.get(topology_of(nodes), NONE_UNTIL_MEASURED)
-        return None, f"no floor for {where} ({why})"
+        return None, f"no floor for {where} ({why}){baseline_why}"
     if floor is None:
         requested = sweep.requested_max_bytes
         asked = f" (the header asked for {format_bytes(requested)})" if requested else ""
@@ -103,21 +115,28 @@ def _judged(row: SweepRow) -> list[tuple[str, float]]:
     return halves
 
 
-def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
-                override: float | None) -> tuple[Check, Floor | None]:
+def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int, override: float | None,
+                baseline: BaselineKey | None = None) -> tuple[Check, Floor | None]:
     """The largest size's row against the floor (module docstring)."""
-    floor, reason = _floor_for(operation, sweep, node_type, nodes, override)
+    floor, reason = _floor_for(operation, sweep, node_type, nodes, override, baseline)
     if floor is None:
         return (Check.failed("busbw.floor", reason) if reason.startswith("bandwidth:")
                 else Check.not_applicable("busbw.floor", reason)), None
     row = max(sweep.rows, key=lambda r: r.size)
-    expected = BUSBW_TOLERANCE * floor.gbps
+    from_baseline = baseline is not None and floor.source.startswith(BASELINE_SOURCE)
+    tolerance = baseline.baseline.tolerance if baseline is not None and from_baseline else BUSBW_TOLERANCE
+    expected = tolerance * floor.gbps
     halves = _judged(row)
     measured = ", ".join(f"{gbps:.2f} GB/s {label}" for label, gbps in halves)
-    origin = (f"{BUSBW_TOLERANCE:g} x {floor.gbps:g} from NCCL_TESTS_MIN_BW" if floor.source == "NCCL_TESTS_MIN_BW" else
-              f"{BUSBW_TOLERANCE:g} x {floor.gbps:g} GB/s, the {node_type} {topology_of(nodes)} "
-              f"{collective_of(operation)} floor measured at {format_bytes(floor.size_bytes)}; "
-              f"source {floor.source} in harness/verdict/thresholds.yaml")
+    if floor.source == "NCCL_TESTS_MIN_BW":
+        origin = f"{tolerance:g} x {floor.gbps:g} from NCCL_TESTS_MIN_BW"
+    elif from_baseline:
+        origin = (f"BASELINE_TOLERANCE {tolerance:g} x {floor.gbps:g} GB/s, this cluster's own figure at "
+                  f"{format_bytes(floor.size_bytes)} in the {floor.source}")
+    else:
+        origin = (f"{tolerance:g} x {floor.gbps:g} GB/s, the {node_type} {topology_of(nodes)} "
+                  f"{collective_of(operation)} floor measured at {format_bytes(floor.size_bytes)}; "
+                  f"source {floor.source} in harness/verdict/thresholds.yaml")
     lowest = min(gbps for _, gbps in halves)
     message = (f"bus bandwidth at {format_bytes(row.size)} (the sweep's largest message): {measured}, expected "
                f">= {expected:.2f} GB/s (margin {lowest / expected:.2f}x; {origin})")
@@ -127,17 +146,26 @@ def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
     return Check.passed("busbw.floor", message, measured=lowest, expected=expected, unit="GB/s"), floor
 
 
+@dataclass(frozen=True)
+class BaselineKey:
+    """A baseline (BASELINE) and the entry a sweep compares with: its workload and size."""
+
+    baseline: Baseline
+    workload: str
+    size: str | None
+
+
 def judge_busbw(operation: str, sweep: Sweep | None, node_type: str | None, nodes: int,
-                override: float | None = None) -> Verdict:
+                override: float | None = None, baseline: BaselineKey | None = None) -> Verdict:
     """The bandwidth verdict of one sweep: `operation` (all_reduce_perf, all_gather_perf,
     alltoall_perf, or workloads.allreduce's `allreduce`), its table, the node type and how many nodes
-    it spanned; `override` is NCCL_TESTS_MIN_BW. Checks busbw.table and busbw.floor; the report's
-    busbw section is in `verdict.references["busbw"]`."""
+    it spanned; `override` is NCCL_TESTS_MIN_BW, `baseline` the cluster's own figures. Checks
+    busbw.table and busbw.floor; the report's busbw section is in `verdict.references["busbw"]`."""
     verdict = Verdict()
     verdict.add(check_table(sweep))
     floor = None
     if sweep is not None and sweep.rows:
-        check, floor = check_floor(operation, sweep, node_type, nodes, override)
+        check, floor = check_floor(operation, sweep, node_type, nodes, override, baseline)
         verdict.add(check)
     verdict.references["busbw"] = busbw_section(operation, sweep, floor)
     return verdict
@@ -151,8 +179,8 @@ def busbw_section(operation: str, sweep: Sweep | None, floor: Floor | None) -> d
         "rows": [{"size": r.size, "out_of_place_gbps": r.out_of_place.busbw,
                   "in_place_gbps": r.in_place.busbw if r.in_place else None} for r in rows],
         "floor_gbps": floor.gbps if floor else None,
-        "floor_source": (floor.source if floor.source == "NCCL_TESTS_MIN_BW" else source_text(floor.source))
-        if floor else "",
+        "floor_source": (floor.source if floor.source == "NCCL_TESTS_MIN_BW" or floor.source.startswith(BASELINE_SOURCE)
+                         else source_text(floor.source)) if floor else "",
         "judged_sizes": [max(r.size for r in rows)] if rows and floor else [],
         "average_gbps": sweep.average if sweep is not None else None,
     }

@@ -5,9 +5,11 @@ The file is JSON Lines, one object a line, so a malformed one is named by its li
 line 1 `{"kind": "kt2t-baseline", "version": 1}`, then one entry per test:
   {"node_type", "workload", "size", "test", "throughput_key", "throughput_per_gpu" (the lowest
    rank's), "step_ms" (median compute_ms_per_step), "nodes": {node: {"compute_ms_per_step",
-   "probe_<key>": ...}} (medians of the node's ranks), "busbw_gbps" (at the sweep's largest
-   message, when there was one), "versions", "images"}.
-A later run's entry is the one with its node type, workload and size (the last such line wins);
+   "probe_<key>": ...}} (medians of the node's ranks), "busbw_gbps" and "busbw_bytes" (the bus
+   bandwidth at the sweep's largest message, and that size, when there was a sweep), "versions",
+   "images"}.
+A later run's entry is the one with its node type, workload and size (the last such line wins); its
+bus bandwidth is judged against busbw_gbps x tolerance when its sweep's largest message is the same;
 another node type, workload or size is not-applicable, saying which the file holds. Per node, a
 node's compute time and probe figures are judged against its own baseline figures (relative to the
 other nodes' margins: judge_nodes), so a node that slowed is named even when synchronous training
@@ -23,15 +25,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from harness.config.values import format_bytes
 from harness.errors import ConfigError
 from harness.metrics.records import RankMetrics, WorkloadMetrics
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.stragglers import COMPUTE_TIME_KEY, compared_probe, fmt
-from harness.verdict.thresholds import ThroughputFloor
+from harness.verdict.thresholds import Floor, ThroughputFloor
 
 KIND, VERSION = "kt2t-baseline", 1
 REQUIRED = {"node_type": str, "workload": str, "throughput_key": str}
-NUMBERS = ("throughput_per_gpu", "step_ms", "busbw_gbps")
+NUMBERS = ("throughput_per_gpu", "step_ms", "busbw_gbps", "busbw_bytes")
+# A bus bandwidth floor taken from a baseline: its Floor.source starts with this.
+BASELINE_SOURCE = "baseline "
 
 
 class BaselineError(ConfigError):
@@ -49,6 +54,7 @@ class Entry:
     throughput_per_gpu: float | None = None
     step_ms: float | None = None
     busbw_gbps: float | None = None
+    busbw_bytes: float | None = None
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)
     line: int = 0
 
@@ -81,6 +87,24 @@ class Baseline:
         return ThroughputFloor(value, "baseline", (
             f"{self.path} line {entry.line}: {fmt(entry.throughput_per_gpu)} x BASELINE_TOLERANCE "
             f"{self.tolerance:g}")), ""
+
+
+    def busbw_floor(self, node_type: str | None, workload: str, size: str | None,
+                    sweep_max_bytes: int | None) -> tuple[Floor | None, str]:
+        """The bus bandwidth this combination reached in the baseline, as a floor to judge the same
+        sweep size against (x tolerance: check_floor), or (None, why)."""
+        entry, why = self.entry(node_type, workload, size)
+        if entry is None:
+            return None, why
+        if entry.busbw_gbps is None:
+            return None, f"the baseline {self.path} line {entry.line} has no busbw_gbps"
+        measured_at = int(entry.busbw_bytes) if entry.busbw_bytes is not None else None
+        if measured_at is not None and sweep_max_bytes != measured_at:
+            return None, (f"the baseline {self.path} line {entry.line} measured bus bandwidth at "
+                          f"{format_bytes(measured_at)}, this sweep's largest message is "
+                          f"{format_bytes(sweep_max_bytes or 0)}: not comparable")
+        return Floor(entry.busbw_gbps, measured_at or sweep_max_bytes or 0,
+                     f"{BASELINE_SOURCE}{self.path} line {entry.line}"), ""
 
 
 def _fail(path: str, line: int, what: str) -> BaselineError:
@@ -164,14 +188,15 @@ def entry_of(metrics: WorkloadMetrics, test: str, node_type: str | None, through
     throughputs = [float(v) for r in metrics.ranks
                    if isinstance(v := r.values.get(throughput_key), int | float) and not isinstance(v, bool)]
     sweep = metrics.sweep
-    busbw = None
+    busbw = busbw_bytes = None
     if sweep is not None and sweep.rows:
         row = max(sweep.rows, key=lambda r: r.size)
         busbw = min(h.busbw for h in (row.out_of_place, row.in_place) if h is not None)
+        busbw_bytes = row.size
     return {"node_type": node_type or "", "workload": metrics.workload, "size": size, "test": test,
             "throughput_key": throughput_key, "throughput_per_gpu": min(throughputs) if throughputs else None,
             "step_ms": _median(metrics.ranks, COMPUTE_TIME_KEY), "nodes": node_figures(metrics),
-            "busbw_gbps": busbw, "versions": versions, "images": images}
+            "busbw_gbps": busbw, "busbw_bytes": busbw_bytes, "versions": versions, "images": images}
 
 
 _STARTED: set[str] = set()  # files this process already wrote the header of

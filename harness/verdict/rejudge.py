@@ -17,11 +17,19 @@ from typing import Any
 
 from harness.config.artifacts import folder_of_test
 from harness.config.values import parse_fraction, parse_positive_float
-from harness.errors import UnrecognisedLog
+from harness.errors import ConfigError, UnrecognisedLog
 from harness.metrics.records import WorkloadMetrics, combine, scan_file
-from harness.verdict.bandwidth import judge_busbw
+from harness.verdict import baseline
+from harness.verdict.bandwidth import BaselineKey, judge_busbw
 from harness.verdict.checks import Verdict
-from harness.verdict.training import TEST_WORKLOADS, WORKLOADS, Expectation, check_parse, judge_training
+from harness.verdict.training import (
+    TEST_WORKLOADS,
+    WORKLOADS,
+    Expectation,
+    check_parse,
+    judge_training,
+    workload_size,
+)
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # Bandwidth tests: TestNCCLTests/<single|multi>-node, upstream's TestMPIJobPytorchTraining/multi-node:<op>.
@@ -48,6 +56,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--straggler-fraction", type=parse_fraction, default=0.7, help="STRAGGLER_FRACTION (0.7)")
     p.add_argument("--min-throughput-per-gpu", type=parse_positive_float, help="MIN_THROUGHPUT_PER_GPU")
     p.add_argument("--min-busbw", type=parse_positive_float, help="NCCL_TESTS_MIN_BW, GB/s")
+    p.add_argument("--baseline", metavar="FILE", help="BASELINE: a cluster's own figures (written with BASELINE_OUT), "
+                                                      "judged ahead of the table")
+    p.add_argument("--baseline-tolerance", type=parse_fraction, default=0.9,
+                   help="BASELINE_TOLERANCE: a figure below this fraction of the baseline's fails (0.9)")
     return p
 
 
@@ -104,11 +116,18 @@ def _locate(metrics: WorkloadMetrics, result: dict[str, Any]) -> None:
         rank.node = rank.node or entry.get("node") or None
 
 
+def _baseline(args: argparse.Namespace) -> baseline.Baseline | None:
+    """--baseline, read (a malformed file is a usage error naming its line)."""
+    return baseline.load(args.baseline, args.baseline_tolerance) if args.baseline else None
+
+
 def _busbw(args: argparse.Namespace, metrics: WorkloadMetrics, operation: str, nodes: int | None) -> Verdict:
     if nodes is None:
         raise UsageProblem("--nodes: how many nodes the sweep spanned (bandwidth floors depend on it); "
                            "no result.json says")
-    return judge_busbw(operation, metrics.sweep, args.node_type, nodes, args.min_busbw)
+    judged_by = _baseline(args)
+    key = BaselineKey(judged_by, metrics.workload, workload_size(metrics)) if judged_by is not None else None
+    return judge_busbw(operation, metrics.sweep, args.node_type, nodes, args.min_busbw, key)
 
 
 def judge(args: argparse.Namespace, metrics: WorkloadMetrics, result: dict[str, Any]) -> Verdict:
@@ -126,10 +145,14 @@ def judge(args: argparse.Namespace, metrics: WorkloadMetrics, result: dict[str, 
     if not isinstance(world_size, int) or world_size < 1:
         raise UsageProblem("--world-size: how many ranks the job ran (no result.json says)")
     spec = WORKLOADS[TEST_WORKLOADS[args.test]]
+    judged_by = _baseline(args)
     verdict = judge_training(metrics, Expectation(args.test, spec, world_size, args.node_type,
                                                   args.straggler_fraction, args.min_throughput_per_gpu,
                                                   _config_value(result, "accelerator"),
-                                                  _whole(_config_value(result, "gpus_per_node"))))
+                                                  _whole(_config_value(result, "gpus_per_node")),
+                                                  baseline=judged_by))
+    if judged_by is not None:
+        verdict.extend(baseline.judge_nodes(metrics, judged_by, args.node_type, workload_size(metrics)))
     if spec.workload == "allreduce":
         verdict.extend(_busbw(args, metrics, "allreduce", nodes))
     return verdict
@@ -159,7 +182,7 @@ def run(argv: list[str]) -> int:
         metrics = combine([scan_file(path) for path in inputs.logs])
         _locate(metrics, inputs.result)
         verdict = judge(args, metrics, inputs.result)
-    except (UsageProblem, OSError, ValueError) as exc:
+    except (UsageProblem, ConfigError, OSError, ValueError) as exc:
         print(f"harness.verdict: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except UnrecognisedLog as exc:

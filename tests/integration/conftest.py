@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+from kubernetes.stream import stream
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -99,6 +100,28 @@ class LocalCluster:
     def set_node_slow(self, node: str, fraction: float | None) -> None:
         """Slows a node's pods down by `fraction` (`hack/local-cluster node-slow`), None: full speed."""
         run_local_cluster("node-slow", node, "off" if fraction is None else str(fraction))
+
+
+HACK_IMAGES = REPO / "hack" / "images"
+
+
+def image_on_real_nodes(name: str) -> str:
+    """Builds (or reuses: cached by its inputs) an image with hack/images, imports it into the real
+    nodes; its reference."""
+    if not HACK_IMAGES.exists():
+        pytest.skip("hack/images is not in this checkout: the images cannot be built")
+    built = subprocess.run([str(HACK_IMAGES), "build", name], capture_output=True, text=True, timeout=3600,
+                           check=False)
+    assert built.returncode == 0, f"hack/images build {name}:\n{built.stderr[-4000:]}"
+    archive = built.stdout.strip().splitlines()[-1]
+    run_local_cluster("load-image", archive)
+    return subprocess.run([str(HACK_IMAGES), "name", name], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def exec_in(cluster: LocalCluster, pod: client.V1Pod, command: str) -> str:
+    """`sh -c command` in the pod's container, its output (stdout and stderr)."""
+    return str(stream(cluster.core.connect_get_namespaced_pod_exec, pod.metadata.name, pod.metadata.namespace,
+                      command=["sh", "-c", command], stderr=True, stdin=False, stdout=True, tty=False))
 
 
 def cluster_is_running() -> bool:

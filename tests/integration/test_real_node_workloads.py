@@ -1,8 +1,7 @@
 """The shipped parts as shipped, on real nodes: the workloads image (workloads/Dockerfile) trains on
 2 real nodes (kubelet + containerd), as an MPIJob whose launcher's mpirun reaches each worker's real
-sshd with the keys mpi-operator mounts, and with torchrun; the kubetest2 image (Dockerfile.kubetest2)
-runs the suite from inside the cluster as a Job with a ServiceAccount bound by manifests/rbac.yaml
-alone; a worker killed mid-run fails the test in seconds naming pod, node and exit.
+sshd with the keys mpi-operator mounts, and with torchrun; a worker killed mid-run fails the test in
+seconds naming pod, node and exit. (The kubetest2 image's Job: test_kubetest2_image.py.)
 
 The images come from `hack/images build` (cached by their inputs) and are imported into the nodes
 with `hack/local-cluster load-image`; a checkout without hack/images skips these tests, saying so.
@@ -22,10 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.stream import stream
 
-from harness.cluster.labels import MANAGED_BY_LABEL
-from harness.cluster.manifests import render
-
-from .conftest import REPO, LocalCluster, run_local_cluster, wait_for
+from .conftest import REPO, LocalCluster, image_on_real_nodes, wait_for
 from .kubetest2_runs import case_properties, junit_cases
 
 sys.path.insert(0, str(REPO / "hack"))
@@ -34,26 +30,13 @@ from local_cluster.real_nodes.layout import ClusterLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes, pytest.mark.images]
 
-HACK_IMAGES = REPO / "hack" / "images"
 BINARY = str(Path(sys.executable).parent / "e2e-nvidia-training")
 REAL_NODES = {"real-cpu-0", "real-cpu-1"}
 
 
-def image(name: str) -> str:
-    """Builds (or reuses) an image with hack/images, imports it into the real nodes; its reference."""
-    if not HACK_IMAGES.exists():
-        pytest.skip("hack/images is not in this checkout: the images cannot be built")
-    built = subprocess.run([str(HACK_IMAGES), "build", name], capture_output=True, text=True, timeout=3600,
-                           check=False)
-    assert built.returncode == 0, f"hack/images build {name}:\n{built.stderr[-4000:]}"
-    archive = built.stdout.strip().splitlines()[-1]
-    run_local_cluster("load-image", archive)
-    return subprocess.run([str(HACK_IMAGES), "name", name], capture_output=True, text=True, check=True).stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def workloads_image(real_nodes: LocalCluster) -> str:
-    return image("workloads")
+    return image_on_real_nodes("workloads")
 
 
 def run_suite(cluster: LocalCluster, artifacts: Path, tests: str, env: dict[str, str],
@@ -156,81 +139,3 @@ def test_a_worker_killed_mid_run_fails_in_seconds_naming_pod_node_and_exit(real_
     message = failure.message or ""
     assert victim.metadata.name in message and victim.spec.node_name in message, message
     assert "137" in message, message
-
-
-def test_the_kubetest2_image_runs_the_suite_as_a_job_with_the_rbac_service_account(
-        real_nodes: LocalCluster, workloads_image: str, namespace: str):
-    kubetest2_image = image("kubetest2")
-    labels = {MANAGED_BY_LABEL: "kubetest2-training"}
-    objects = render("rbac.yaml", {"Namespace": namespace, "Labels": labels})
-    api = client.ApiClient(real_nodes.api.configuration)
-    for obj in objects:
-        kind = obj["kind"]
-        if kind == "ServiceAccount":
-            real_nodes.core.create_namespaced_service_account(namespace, obj)
-        elif kind == "ClusterRole":
-            client.RbacAuthorizationV1Api(api).create_cluster_role(obj)
-        else:
-            client.RbacAuthorizationV1Api(api).create_cluster_role_binding(obj)
-    # kubetest2's noop deployer hands the tester a kubeconfig path; this one holds the
-    # ServiceAccount's in-cluster credentials (its token and CA, the `kubernetes` Service's address).
-    script = r"""set -u
-sa=/var/run/secrets/kubernetes.io/serviceaccount
-cat > /tmp/kubeconfig <<END
-apiVersion: v1
-kind: Config
-clusters:
-- name: in-cluster
-  cluster: {server: "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", certificate-authority: $sa/ca.crt}
-users: [{name: sa, user: {tokenFile: $sa/token}}]
-contexts: [{name: sa, context: {cluster: in-cluster, user: sa}}]
-current-context: sa
-END
-kubetest2 noop --kubeconfig=/tmp/kubeconfig --artifacts=/logs/artifacts --test=exec -- \
-  e2e-nvidia-training --test.v --nodeType=container-cpu --test.run='^TestMNISTTraining$'
-echo $? > /logs/exit-code
-while [ ! -e /logs/copied ]; do sleep 1; done
-exit "$(cat /logs/exit-code)"
-"""
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "kubetest2"},
-           "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"app": "kubetest2"}}, "spec": {
-               "serviceAccountName": "kubetest2-training", "restartPolicy": "Never",
-               "nodeSelector": {"node.kubernetes.io/instance-type": "container-cpu"},
-               "containers": [{"name": "kubetest2", "image": kubetest2_image, "imagePullPolicy": "IfNotPresent",
-                               "command": ["bash", "-c", script],
-                               # STRAGGLER_FRACTION: this Job shares the machine's cores with the
-                               # trainings it starts; its node's probe is slower by that, not a straggler.
-                               "env": [{"name": "ACCELERATOR", "value": "cpu"},
-                                       {"name": "WORKLOAD_SIZE", "value": "tiny"},
-                                       {"name": "STRAGGLER_FRACTION", "value": "0.05"},
-                                       {"name": "TRAINING_IMAGE", "value": workloads_image}]}]}}}}
-    try:
-        real_nodes.batch.create_namespaced_job(namespace, job)
-
-        def pod_done() -> client.V1Pod | None:
-            pods = real_nodes.core.list_namespaced_pod(namespace, label_selector="app=kubetest2").items
-            if not pods or pods[0].status.phase != "Running":
-                return None
-            out = exec_in(real_nodes, pods[0], "cat /logs/exit-code 2>/dev/null")
-            return pods[0] if out.strip() else None
-
-        pod = wait_for(pod_done, 900, "the kubetest2 Job to finish its run", interval_s=5)
-        # Copied out as `kubectl cp` does: through exec, from the finished run's artifacts.
-        junit = exec_in(real_nodes, pod, "cat /logs/artifacts/junit_e2e-nvidia-training.xml")
-        exit_code = exec_in(real_nodes, pod, "cat /logs/exit-code").strip()
-        exec_in(real_nodes, pod, "touch /logs/copied")
-        assert exit_code == "0", junit
-        assert 'name="TestMNISTTraining"' in junit and "<failure" not in junit, junit
-        assert pod.spec.node_name in REAL_NODES
-    finally:
-        rbac = client.RbacAuthorizationV1Api(api)
-        for obj in objects:
-            if obj["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(obj["metadata"]["name"])
-            elif obj["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(obj["metadata"]["name"])
-
-
-def exec_in(cluster: LocalCluster, pod: client.V1Pod, command: str) -> str:
-    return str(stream(cluster.core.connect_get_namespaced_pod_exec, pod.metadata.name, pod.metadata.namespace,
-                      command=["sh", "-c", command], stderr=True, stdin=False, stdout=True, tty=False))

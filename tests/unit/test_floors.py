@@ -137,3 +137,68 @@ def test_a_slowdown_of_every_node_alike_names_no_node(tmp_path):
         rank.values["probe_matmul_tflops"] /= 1.4
     (check,) = baseline.judge_nodes(metrics, judged_by, "p5.48xlarge", "gpt2").checks
     assert check.status is Status.PASS, check.message
+
+
+# ---- bus bandwidth against a cluster's own baseline (TestNCCLAllReduce's workloads.allreduce) ----
+
+def sweep_metrics(peak_gbps: float, max_bytes: int = 2**30):
+    from harness.metrics.records import scan_lines
+
+    from .crafted_logs import nccl_table
+    return combine([scan_lines(nccl_table(peak_gbps, 16, max_bytes).splitlines(), "x")])
+
+
+def busbw_baseline(tmp_path: Path, metrics) -> baseline.Baseline:
+    entry = baseline.entry_of(metrics, "TestNCCLAllReduce", "kwok-cpu", "busbw_gbps", "tiny", {}, {})
+    entry["workload"] = "allreduce"
+    assert (entry["busbw_bytes"], entry["busbw_gbps"]) == (metrics.sweep.max_size, pytest.approx(94.1, abs=0.1))
+    path = tmp_path / "baseline.jsonl"
+    baseline.append(str(path), entry)
+    return baseline.load.__wrapped__(str(path), 0.9)
+
+
+def busbw_floor_check(metrics, judged_by: baseline.Baseline, node_type: str = "kwok-cpu"):
+    from harness.verdict.bandwidth import BaselineKey
+
+    key = BaselineKey(judged_by, "allreduce", "tiny")
+    verdict = judge_busbw("allreduce", metrics.sweep, node_type, 2, baseline=key)
+    (check,) = [c for c in verdict.checks if c.name == "busbw.floor"]
+    return check, verdict
+
+
+def test_bus_bandwidth_is_judged_against_the_baseline_at_the_same_size(tmp_path):
+    judged_by = busbw_baseline(tmp_path, sweep_metrics(100.0))
+    check, verdict = busbw_floor_check(sweep_metrics(95.0), judged_by)
+    assert check.status is Status.PASS, check.message
+    assert "(margin 1.06x; BASELINE_TOLERANCE 0.9 x 94.1" in check.message, check.message
+    assert " GB/s, this cluster's own figure at 1 GiB in the baseline " in check.message
+    assert check.message.rstrip(")").endswith("line 2")
+    assert verdict.references["busbw"]["floor_source"].startswith("baseline ")
+    check, _ = busbw_floor_check(sweep_metrics(80.0), judged_by)
+    assert check.status is Status.FAIL and check.message.startswith("threshold: bus bandwidth at 1 GiB"), check.message
+
+
+def test_a_baseline_sweep_of_another_size_is_not_compared(tmp_path):
+    judged_by = busbw_baseline(tmp_path, sweep_metrics(100.0))
+    # kwok-cpu has no table floor either: not applicable, saying both why not.
+    check, _ = busbw_floor_check(sweep_metrics(100.0, max_bytes=2**28), judged_by)
+    assert check.status is Status.NOT_APPLICABLE
+    assert "measured bus bandwidth at 1 GiB, this sweep's largest message is 256 MiB: not comparable" in check.message
+    # A type with a table floor falls back to the table.
+    check, _ = busbw_floor_check(sweep_metrics(100.0, max_bytes=2**28), judged_by, "p5.48xlarge")
+    assert "thresholds.yaml" in check.message or "run the sweep to at least" in check.message, check.message
+
+
+def test_the_offline_verdict_takes_a_baseline_and_a_malformed_one_is_a_usage_error(tmp_path, capsys):
+    from harness.verdict.rejudge import run
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "kt2t-baseline", "version": 1}\n{"node_type": 3}\n')
+    logs = [str(CANNED / f"nanogpt-p5-healthy-{i}.log") for i in (0, 1)]
+    args = ["--test", "TestNanoGPTTraining", "--world-size", "16", "--node-type", "p5.48xlarge", *logs]
+    assert run([*args, "--baseline", str(bad)]) == 2
+    assert "line 2: node_type is 3, expected a str" in capsys.readouterr().err
+    good = written(tmp_path)
+    assert run([*args, "--baseline", good.path]) == 0
+    out = capsys.readouterr().out
+    assert "floor from the baseline" in out and "baseline.nodes" in out, out

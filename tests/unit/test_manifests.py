@@ -134,8 +134,9 @@ def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
               "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
               "Requests": {"cpu": "48", "memory": "64Gi"}, "Command": ["nvidia-smi", "-L"],
               "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}],
-              "Tolerations": TOLERATIONS}
+              "Tolerations": TOLERATIONS, "ActiveDeadlineSeconds": 960}
     (job,) = render("per-node-job.yaml", fields)
+    assert job["spec"]["activeDeadlineSeconds"] == 960
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeName"] == "n1" and pod["containers"][0]["command"] == ["nvidia-smi", "-L"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8

@@ -169,9 +169,10 @@ def test_ssh_runs_the_command_in_the_worker_and_returns_its_status(workers: Work
 
 def test_a_key_that_is_not_authorized_is_refused(workers: Workers):
     (workers.root / "keys" / "authorized_keys").write_text("ssh-ed25519 AAAAother x\n")
-    done = subprocess.run([str(workers.ssh_bin), "j-worker-0.j", "true"], capture_output=True, text=True,
-                          timeout=30, check=False)
-    assert done.returncode == 255 and "Permission denied (publickey)." in done.stderr
+    # ConnectionAttempts as above: under load the worker's stand-in sshd may not listen yet (a CI flake).
+    done = subprocess.run([str(workers.ssh_bin), "-o", "ConnectionAttempts=5", "j-worker-0.j", "true"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 255 and "Permission denied (publickey)." in done.stderr, done.stderr
 
 
 def mpirun(workers: Workers, program: str, np: int = 4) -> subprocess.Popen[str]:
