@@ -5,7 +5,9 @@ Upstream's (test/cases/nvidia): TestMPIJobPytorchTraining (single-node, multi-no
 TestSingleNodeUnitTest (unit-test, hpc-benckmarks: upstream's spelling), TestNvidiaDriverCapabilities,
 TestContainerdConfig; each runs what upstream runs, waits failing fast, and judges more than the
 job's success where its output says more. Ours: TestNCCLAllReduce, TestNCCLTests, TestGPUCapacity,
-TestNodePairs (all-reduce between pairs of nodes in two passes: the slow node named).
+TestNodePairs (all-reduce between pairs of nodes in two passes: the slow node named). Upstream's opt-in
+GPU sharing (--timeSlicingEnabled, --mpsEnabled; its test names are not known here): TestTimeSlicing
+(feature time-slicing) and TestMPS (feature mps).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import sys
 from dataclasses import dataclass
 
 from harness.cluster.logs import CapturedLog
-from harness.errors import TestFailure
+from harness.cluster.pods import run_interval
+from harness.cluster.resources import NODE
+from harness.cluster.wait import wait_for
+from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, busbw_baseline, record_verdict
@@ -23,11 +28,22 @@ from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.runner import main as run_suite
+from harness.setup.gpu_sharing import MPS, TIME_SLICING, GpuSharing, SharingMode, advertised, nodes_advertise
 from harness.verdict.bandwidth import judge_busbw, sweep_max_bytes
 from harness.verdict.capacity import check_gpus_seen, judge_advertised
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.dcgm import EXIT_PREFIX as DCGM_EXIT_PREFIX
 from harness.verdict.dcgm import judge_dcgm, parse_report
+from harness.verdict.gpu_sharing import (
+    check_advertised,
+    check_compute_mode,
+    check_overlap,
+    check_uuids,
+    peak_overlap,
+)
+from harness.verdict.gpu_sharing import (
+    parse_report as parse_gpu_report,
+)
 from harness.verdict.node_pairs import Group, NodeResult, judge, plan
 
 # With EFA on RDMA-capable instance types NCCL must use Libfabric with GPUDirect RDMA.
@@ -510,6 +526,83 @@ def test_node_pairs(t: TestContext) -> None:
                   for r in results}}
     for result in results:
         t.run(result.node, node_case(result))
+
+
+# TestTimeSlicing and TestMPS (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
+# the device plugin this run installed shares each GPU GPU_SHARING_REPLICAS times
+# (harness/setup/gpu_sharing.py), one node is filled with pods of one GPU each, all at once, and
+# harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods name
+# and (MPS) the compute mode. Each pod prints its GPU's UUID and compute mode, then holds the GPU
+# SHARING_HOLD_SECONDS so that all of them run at once (the Job controller starts them in batches).
+SHARING_HOLD_SECONDS = 30
+SHARING_SCRIPT = (f"nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader && sleep {SHARING_HOLD_SECONDS}")
+SHARING_FLAGS = {TIME_SLICING.name: "--timeSlicingEnabled", MPS.name: "--mpsEnabled"}
+
+
+def sharing_enabled(t: TestContext, mode: SharingMode) -> bool:
+    return t.cfg.mps_enabled if mode.mps else t.cfg.time_slicing_enabled
+
+
+def gpu_sharing(mode: SharingMode) -> TestFunc:
+    """One sharing mode's test (see above); skipped unless its flag is set."""
+
+    def run(t: TestContext) -> None:
+        flag = SHARING_FLAGS[mode.name]
+        if not sharing_enabled(t, mode):
+            t.skip(f"skipping GPU sharing ({mode.name}); set {flag} to run (it replaces the NVIDIA device plugin this "
+                   "run installs, cluster-wide, for the test's duration)")
+        if t.cfg.accelerator != "nvidia" or not t.cfg.install_device_plugin:
+            raise TestFailure(f"{flag} needs --installDevicePlugin=true and ACCELERATOR=nvidia (got "
+                              f"--installDevicePlugin={str(t.cfg.install_device_plugin).lower()}, ACCELERATOR="
+                              f"{t.cfg.accelerator}): the test reconfigures the device plugin this run installs")
+        replicas = t.cfg.gpu_sharing_replicas
+        physical = {node.name: node.gpus for node in t.topology.nodes}
+        t.property("gpu_sharing.mode", mode.name)
+        t.property("gpu_sharing.replicas", replicas)
+        sharing = GpuSharing(t.session, mode, replicas, t.topology.node_names, physical=physical)
+        # Registered before the workload's teardown, so it runs after it (the workload is drained first).
+        t.cleanup(sharing.restore, f"restore the stock NVIDIA device plugin ({mode.name})")
+        sharing.share()
+        expected = {node: count * replicas for node, count in physical.items()}
+        try:
+            wait_for(t.cluster, nodes_advertise(expected), timeout=t.cfg.discovery_timeout, cancel=t.cancel)
+        except WaitTimeout as exc:
+            t.logf("%s", exc)  # judged below, with what the nodes advertise now
+        allocatable = advertised(t.cluster.list(NODE).get("items", []))
+        for node in physical:
+            t.property(f"node.{node}.gpus_advertised", allocatable.get(node, 0))
+        verdict = Verdict([check_advertised(allocatable, physical, replicas)])
+        if verdict.failures:
+            record_verdict(t, verdict)
+        node = t.topology.node_names[0]
+        pods = physical[node] * replicas
+        job = launch(t, Workload(f"gpu-sharing-{mode.name}", binary="sh", args=("-c", SHARING_SCRIPT),
+                                 image=t.cfg.nccl_tests_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
+        sharing.workload = (job.namespace, job.selector)
+        job.wait_succeeded()
+        logs = [entry for entry in job.capture_logs() if not entry.previous]
+        reports = {entry.pod: parse_gpu_report(entry.pod, entry.node, read_lines(entry.path)) if entry.path.exists()
+                   else None for entry in logs}
+        intervals = {name: span for name, pod in job.pods_seen.items() if (span := run_interval(pod)) is not None}
+        t.property("gpu_sharing.pods", pods)
+        t.property("gpu_sharing.peak_running", peak_overlap(intervals.values()))
+        seen = [report for report in reports.values() if report is not None]
+        t.property("gpu_sharing.uuids", ",".join(sorted({r.uuid for r in seen})))
+        t.property("gpu_sharing.compute_modes", ",".join(sorted({r.compute_mode for r in seen})))
+        verdict.add([check_overlap(intervals, pods, physical[node]), check_uuids(reports, physical[node], replicas)])
+        if mode.mps:
+            verdict.add(check_compute_mode(seen))
+        record_verdict(t, verdict)
+
+    return run
+
+
+SUITE.features("TestTimeSlicing", [
+    Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU, ("GPU shared by time-slicing",)),
+])
+SUITE.features("TestMPS", [
+    Feature("mps", gpu_sharing(MPS), GPU, ("GPU shared through MPS",)),
+])
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Service": ("/api/v1", "services", True),
     "Event": ("/api/v1", "events", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Secret": ("/api/v1", "secrets", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Logs": ("/apis/kwok.x-k8s.io/v1alpha1", "logs", True),

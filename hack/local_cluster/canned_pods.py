@@ -24,6 +24,7 @@ from .annotations import (
 )
 from .api import ApiClient
 from .cri_log import cri_lines, mark_exited
+from .gpu_sharing import PLACEHOLDERS, GpuSharing
 from .pod_files import PodFiles, all_containers, apply_logs
 
 # The canned log of a pod whose failure is injected, unless the pod names one.
@@ -58,6 +59,8 @@ class CannedPods:
     files: PodFiles
     canned_logs_dir: Path
     default_canned_log: str
+    # The device plugin's sharing played here: `{gpu_uuid}` and `{compute_mode}` in a canned log.
+    gpus: GpuSharing | None = None
 
     def serve(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -84,7 +87,9 @@ class CannedPods:
                                  meta["namespace"])
 
     def ended(self, pod: dict[str, Any]) -> None:
-        """kwok's stages finished a canned pod: its logs are complete, a follow may end there."""
+        """kwok's stages finished a canned pod: its logs are complete, a follow may end there; its GPU is free."""
+        if self.gpus is not None:
+            self.gpus.release(pod["metadata"]["uid"])
         for container in all_containers(pod):
             log_file = self.files.logs_dir(pod) / container["name"] / "0.log"
             if log_file.exists():
@@ -120,6 +125,10 @@ class CannedPods:
         if (self.canned_logs_dir / name).is_dir():
             path = self.log_of_set(self.canned_logs_dir / name, labels.get(JOB_LABEL, ""), container)
         try:
-            return path.read_text(errors="replace").splitlines()
+            lines = path.read_text(errors="replace").splitlines()
         except OSError:
             return [f"kwok node agent: no canned log {name!r} (looked for {path})"]
+        if self.gpus is not None and any(p in line for line in lines for p in PLACEHOLDERS):
+            for placeholder, value in self.gpus.substitutions(pod).items():
+                lines = [line.replace(placeholder, value) for line in lines]
+        return lines

@@ -12,6 +12,7 @@ For each pod bound to a node it either runs the pod for real or serves canned lo
 
 Either way kwok serves `pods/log` from the files a `Logs` object names (pod_files.py). Pods run for
 real on a node labelled `kubetest2-training.local/slow=<fraction>` are slowed down (slow_nodes.py).
+The NVIDIA device plugin's GPU sharing is played on the kwok GPU nodes (gpu_sharing.py).
 
 Pods bound to any other node (a real node's kubelet runs them, real_nodes/) are not the agent's.
 
@@ -41,6 +42,7 @@ from .components import KWOK_NODE_LABEL, KWOK_NODE_LABEL_VALUE
 from .container_env import PodObjects
 from .container_view import PodView
 from .executor import STOP_GRACE_DEFAULT_S, PodContext, PodRun
+from .gpu_sharing import GpuSharing
 from .loopback_names import LoopbackNames, PortAllocator
 from .mpi_pods import MpiPodAdapter, PodDns, mpi_role
 from .pki import Pki
@@ -71,7 +73,8 @@ class NodeAgent:
         self.api = api
         self.files = PodFiles(pod_logs_dir, scratch_dir or pod_logs_dir.parent / "pod-scratch")
         self.dns = PodDns(pod_logs_dir.parent / "pod-dns")
-        self.canned = CannedPods(api, self.files, canned_logs_dir, default_canned_log)
+        self.gpus = GpuSharing(api)
+        self.canned = CannedPods(api, self.files, canned_logs_dir, default_canned_log, self.gpus)
         self.handled_uids: set[str] = set()
         self.runs: dict[str, PodRun] = {}
         self.runs_lock = threading.Lock()
@@ -85,6 +88,8 @@ class NodeAgent:
         threading.Thread(target=self.api.list_then_watch, args=("Node", self.slow.on_list, self.slow.on_event,
                                                                 agent_log), daemon=True, name="nodes").start()
         self.slow.cycler.start()
+        threading.Thread(target=self.api.list_then_watch, args=("DaemonSet", self.gpus.on_list, self.gpus.on_event,
+                                                                agent_log), daemon=True, name="gpu-sharing").start()
         self.api.list_then_watch("Pod", self.on_pod_list, self.on_pod_event, agent_log)
 
     def on_pod_list(self, pods: list[dict[str, Any]]) -> None:
@@ -247,6 +252,7 @@ class NodeAgent:
             run.finished.wait(timeout=10)
         self.handled_uids.discard(uid)
         self.slow.forget(uid)
+        self.gpus.release(uid)
         self.dns.unregister(pod)
         self.files.remove(pod)
         self.release_ports()

@@ -48,6 +48,7 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "ActiveDeadlineSeconds": "the Job's deadline",
     "NodeSelector": "node selector of the workload pods",
     "NodeName": "node a pod is pinned to",
+    "Pods": "pods of a shared-gpu Job, all at once on its node, one GPU each (GPU sharing tests)",
     "Capabilities": "Linux capabilities a per-node pod's program needs (all others dropped)",
     "Requests": "CPU and memory a per-node pod requests (a share of the node's allocatable; none on cpu)",
     "Tolerations": "tolerations of every pod (the GPU and EFA taints, and TOLERATIONS')",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from harness.cluster.resources import Obj
 
@@ -51,6 +52,21 @@ def node_of(pod: Obj) -> str:
 def container_statuses(pod: Obj) -> list[Obj]:
     status = pod.get("status", {})
     return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
+def run_interval(pod: Obj) -> tuple[float, float] | None:
+    """When the pod's containers ran (epoch seconds): the first start and the last finish of its
+    terminated containers (init containers aside); None until every container has terminated."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    ended = [(cs.get("state") or {}).get("terminated") or {} for cs in statuses]
+    if not ended or not all(e.get("startedAt") and e.get("finishedAt") for e in ended):
+        return None
+    return (min(_epoch(e["startedAt"]) for e in ended), max(_epoch(e["finishedAt"]) for e in ended))
+
+
+def _epoch(stamp: str) -> float:
+    """An RFC 3339 time of the API (`2026-12-02T07:00:00Z`) in epoch seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def true_condition(obj: Obj | None, *types: str) -> Obj | None:

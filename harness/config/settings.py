@@ -37,6 +37,7 @@ from harness.config.values import (
     parse_path,
     parse_positive_float,
     parse_regex,
+    parse_replicas,
     parse_shuffle,
     parse_text,
     parse_tolerations,
@@ -276,6 +277,20 @@ class Config:
         env="TOLERATIONS", default=Tolerations())
     keep_resources: bool = setting("leave the test namespace in place for debugging", parse_bool,
                                    "true or false", env="KEEP_RESOURCES", default=False)
+    time_slicing_enabled: bool = setting(
+        "run TestTimeSlicing (upstream's opt-in #813): the device plugin this run installed is replaced by one "
+        "sharing each GPU by time-slicing (GPU_SHARING_REPLICAS), checked, and restored; needs "
+        "--installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
+        env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
+    mps_enabled: bool = setting(
+        "run TestMPS (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
+        "each GPU through an MPS control daemon (GPU_SHARING_REPLICAS), checked, and restored (compute mode "
+        "reset); needs --installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
+        env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
+    gpu_sharing_replicas: int = setting(
+        "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMPS (its `replicas`); "
+        "at least 2 (1 shares nothing)", parse_replicas, "a whole number >= 2", env="GPU_SHARING_REPLICAS",
+        default=4)
     install_device_plugin: bool = setting("install the NVIDIA device plugin (pinned, manifests/addons) unless "
                                           "its DaemonSet exists, wait for it on the nodes, remove it at the end; "
                                           "never with ACCELERATOR=cpu", parse_bool, "true or false",
@@ -419,8 +434,6 @@ skip_log_headers          klog   bool   drop klog file headers
 add_dir_header            klog   bool   add the file folder to klog headers
 one_output                klog   bool   write each klog line to one file only
 log_backtrace_at          klog   value  print a Go stack at a klog line
-timeSlicingEnabled        suite  bool   share each GPU by time-slicing and check its replicas (not built here yet)
-mpsEnabled                suite  bool   share each GPU through MPS and check its replicas (not built here yet)
 """
 
 

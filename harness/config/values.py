@@ -68,6 +68,14 @@ def parse_count(text: str) -> int:
     return value
 
 
+def parse_replicas(text: str) -> int:
+    """A whole number >= 2: how many times a shared GPU is advertised (1 would share nothing)."""
+    value = int(text.strip(), 10)
+    if value < 2:
+        raise ValueError(text)
+    return value
+
+
 def parse_non_negative(text: str) -> int:
     """A whole number >= 0."""
     value = int(text.strip(), 10)

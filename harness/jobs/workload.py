@@ -36,6 +36,8 @@ class Workload:
     # The per-node Jobs' activeDeadlineSeconds (default: the wait plus a minute, a backstop for pods
     # the harness could not delete); TestDcgmDiagnostics sets it a minute inside its wait, as upstream's.
     deadline_seconds: int | None = None
+    # Pods of the job, all at once on its one node, one GPU each (shared-gpu launcher: GPU sharing tests).
+    pods: int | None = None
 
     def __post_init__(self) -> None:
         if (self.module is None) == (self.binary is None):

@@ -13,6 +13,8 @@ Placement (or the pods and logs already captured), no cluster access.
 - trainjob: a Kubeflow Trainer v2 TrainJob on the torch-distributed ClusterTrainingRuntime, run by
   Trainer as a JobSet of one Indexed Job (torchrun configured by Trainer's PET_* variables); the
   elastic test's TrainJob restarts its JobSet from a checkpoint kept on the nodes.
+- shared-gpu: one Job of several pods pinned to one node, each asking for one GPU, all at once
+  (TestTimeSlicing, TestMPS: more pods than the node has GPUs, admitted only when they are shared).
 - daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
   containerd check); done when a Ready pod runs on each selected node.
 
@@ -25,10 +27,13 @@ from harness.jobs.launchers.base import Launcher, rank_locations
 from harness.jobs.launchers.daemonset import DaemonSetCheck
 from harness.jobs.launchers.mpi import Mpi
 from harness.jobs.launchers.per_node import PerNode
+from harness.jobs.launchers.shared_gpu import SharedGpu
 from harness.jobs.launchers.torchrun import Torchrun
 from harness.jobs.launchers.trainjob import TrainJob
 
-__all__ = ["LAUNCHERS", "DaemonSetCheck", "Launcher", "Mpi", "PerNode", "Torchrun", "TrainJob", "rank_locations"]
+__all__ = ["LAUNCHERS", "DaemonSetCheck", "Launcher", "Mpi", "PerNode", "SharedGpu", "Torchrun", "TrainJob",
+           "rank_locations"]
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher
-                                  for launcher in (Torchrun(), Mpi(), TrainJob(), PerNode(), DaemonSetCheck())}
+                                  for launcher in (Torchrun(), Mpi(), TrainJob(), PerNode(), SharedGpu(),
+                                                   DaemonSetCheck())}

@@ -1,0 +1,30 @@
+"""shared-gpu: one Job of `workload.pods` pods (default: one per GPU of the node) pinned to the
+placement's first node, each asking for one nvidia.com/gpu, all at once (TestTimeSlicing, TestMPS:
+more pods than the node has GPUs)."""
+
+from __future__ import annotations
+
+from harness.cluster.conditions import pods_succeeded
+from harness.cluster.labels import job_selector
+from harness.cluster.resources import JOB
+from harness.cluster.wait import Condition
+from harness.jobs.launchers.base import Launcher, common_fields, container_env
+from harness.jobs.workload import Placement, Rendering, Workload
+
+
+def pod_count(workload: Workload, placement: Placement) -> int:
+    return workload.pods if workload.pods is not None else placement.processes_per_node
+
+
+class SharedGpu(Launcher):
+    name = "shared-gpu"
+    owner = JOB
+
+    def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        return [Rendering("shared-gpu-job.yaml", {
+            **common_fields(workload, placement), "NodeName": placement.node_names[0],
+            "Pods": pod_count(workload, placement), "Command": workload.program(),
+            "Env": container_env(workload, placement, None)})]
+
+    def succeeded(self, workload: Workload, placement: Placement) -> Condition:
+        return pods_succeeded(placement.namespace, job_selector(workload.job_name), pod_count(workload, placement))
