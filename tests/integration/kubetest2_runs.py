@@ -12,6 +12,8 @@ import junitparser
 
 from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 
+# e2e-nvidia's opt-in tests (upstream's flags turn them on): a run without those flags skips them.
+OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMPS"})
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CANNED_LOG_ANNOTATION = f"{INJECT}canned-log"
 

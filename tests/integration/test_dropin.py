@@ -26,7 +26,15 @@ from harness.setup.addons import EFA_DEVICE_PLUGIN, MPI_OPERATOR, NVIDIA_DEVICE_
 
 from .conftest import LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
 from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
-from .kubetest2_runs import VENV_BIN, case_properties, junit_cases, kt2t_bin, kubetest2, suite_properties
+from .kubetest2_runs import (
+    OPT_IN_TESTS,
+    VENV_BIN,
+    case_properties,
+    junit_cases,
+    kt2t_bin,
+    kubetest2,
+    suite_properties,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -108,9 +116,9 @@ def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(nodes: LocalCluster,
                 "TestSingleNodeUnitTest", "TestSingleNodeUnitTest/unit-test", "TestSingleNodeUnitTest/hpc-benckmarks",
                 "TestNvidiaDriverCapabilities", "TestContainerdConfig"}
     assert upstream <= set(cases), sorted(cases)
-    # TestDcgmDiagnostics is opt-in (--dcgmDiagEnabled), as upstream's: it skips.
-    failed = {n: c.result for n, c in cases.items()
-              if not (c.is_passed or (c.is_skipped and n == "TestDcgmDiagnostics"))}
+    # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
+    failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
+    assert set(cases) >= OPT_IN_TESTS, sorted(cases)
     assert not failed, failed
     unit = case_properties(cases["TestSingleNodeUnitTest/unit-test"])
     assert unit["unit.test_01_device_query"] == "ok" and unit["unit.test_nvidia_vgpu_license_status"] == "skip"

@@ -25,6 +25,7 @@ from harness.cluster.labels import MANAGED_BY_LABEL
 from harness.cluster.manifests import render
 
 from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
+from .kubetest2_runs import OPT_IN_TESTS
 
 pytestmark = pytest.mark.integration
 
@@ -237,9 +238,8 @@ def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: Loca
     listed = subprocess.run([str(Path(sys.executable).parent / binary), "--test.list=.*"], capture_output=True,
                             text=True, check=True).stdout.split()
     assert set(listed) <= set(cases), f"not run as the ServiceAccount: {set(listed) - set(cases)}"
-    # TestDcgmDiagnostics is opt-in (--dcgmDiagEnabled), as upstream's: it skips.
-    failed = {n: c.result for n, c in cases.items()
-              if not (c.is_passed or (c.is_skipped and n == "TestDcgmDiagnostics"))}
+    # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
+    failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
     assert not failed, failed
 
 
