@@ -173,6 +173,16 @@ def default_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
             cluster.set_nodes(*before)
 
 
+@pytest.fixture
+def p5_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """Two kwok p5.48xlarge nodes (8 GPUs, canned GPU output) for one test; the default nodes after."""
+    cluster.set_nodes("p5", 2)
+    try:
+        yield cluster
+    finally:
+        ensure_default_nodes(cluster)
+
+
 def ensure_default_nodes(cluster: LocalCluster) -> tuple[str, int, int]:
     """Replace the nodes by the default ones (2 cpu) unless they are; returns the shape before."""
     before = _node_shape(cluster)

@@ -5,28 +5,18 @@ what is real is the flags, the Jobs the API server admits, their deadline and th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import LocalCluster, ensure_default_nodes
+from .conftest import LocalCluster
 from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
 from .kubetest2_runs import case_properties, junit_cases, kubetest2
 
 pytestmark = pytest.mark.integration
 
 NVIDIA = {"ACCELERATOR": "nvidia"}
-
-
-@pytest.fixture
-def p5_nodes(cluster: LocalCluster) -> Iterator[LocalCluster]:
-    cluster.set_nodes("p5", 2)
-    try:
-        yield cluster
-    finally:
-        ensure_default_nodes(cluster)
 
 
 def run_dcgm(cluster: LocalCluster, artifacts: Path, canned_log: str, *flags: str):

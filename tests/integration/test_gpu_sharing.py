@@ -6,13 +6,12 @@ test naming it, and is restored all the same."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from .conftest import LocalCluster, ensure_default_nodes
+from .conftest import LocalCluster
 from .kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
 from .kubetest2_runs import case_properties, junit_cases, kubetest2, suite_properties
 
@@ -24,15 +23,6 @@ SHARING_SUITE = {"ACCELERATOR": "nvidia",
                  "POD_ANNOTATIONS": f"{CANNED}=nvidia-suite,kubetest2-training.local/run-duration=15s"}
 NODES = ("kwok-p5-0", "kwok-p5-1")
 SHARING_OFF_LABEL = "kubetest2-training.local/gpu-sharing"
-
-
-@pytest.fixture
-def p5(cluster: LocalCluster) -> Iterator[LocalCluster]:
-    cluster.set_nodes("p5", 2)
-    try:
-        yield cluster
-    finally:
-        ensure_default_nodes(cluster)
 
 
 def gpus_advertised(cluster: LocalCluster) -> dict[str, str]:
@@ -52,9 +42,9 @@ def assert_restored(cluster: LocalCluster, stderr: str, mode: str) -> None:
     assert gpus_advertised(cluster) == {n: "8" for n in NODES}, mode
 
 
-def test_time_slicing_shares_each_gpu_and_the_stock_plugin_comes_back(p5: LocalCluster, tmp_path: Path):
+def test_time_slicing_shares_each_gpu_and_the_stock_plugin_comes_back(p5_nodes: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
-    done = kubetest2(p5, artifacts, "exec", "nvidia.test", "--test.v", "--test.run=^TestTimeSlicing$",
+    done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.v", "--test.run=^TestTimeSlicing$",
                      "--timeSlicingEnabled", "--nodeType=p5.48xlarge", env=SHARING_SUITE, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     case = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing"]
@@ -67,12 +57,12 @@ def test_time_slicing_shares_each_gpu_and_the_stock_plugin_comes_back(p5: LocalC
     assert props["execution"] == "canned"
     assert props["check.gpu_sharing.overlap"].startswith("pass")
     assert suite_properties(artifacts, "e2e-nvidia")["gpu_sharing.time-slicing"] == "restored"
-    assert_restored(p5, done.stderr, "time-slicing")
+    assert_restored(p5_nodes, done.stderr, "time-slicing")
 
 
-def test_mps_runs_its_control_daemon_and_the_compute_mode_says_so(p5: LocalCluster, tmp_path: Path):
+def test_mps_runs_its_control_daemon_and_the_compute_mode_says_so(p5_nodes: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
-    done = kubetest2(p5, artifacts, "exec", "nvidia.test", "--test.run=^TestMPS$", "--mpsEnabled",
+    done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestMPS$", "--mpsEnabled",
                      "--nodeType=p5.48xlarge", env={**SHARING_SUITE, "GPU_SHARING_REPLICAS": "2"}, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     props = case_properties(junit_cases(artifacts, "e2e-nvidia")["TestMPS"])
@@ -82,27 +72,28 @@ def test_mps_runs_its_control_daemon_and_the_compute_mode_says_so(p5: LocalClust
     assert props["check.gpu_sharing.compute_mode"].startswith("pass")
     assert "created ConfigMap kube-system/nvidia-device-plugin-sharing, DaemonSet " \
            "kube-system/nvidia-device-plugin-mps-control-daemon" in done.stderr
-    assert_restored(p5, done.stderr, "mps")
+    assert_restored(p5_nodes, done.stderr, "mps")
 
 
-def test_a_node_whose_plugin_does_not_share_fails_the_test_naming_it_and_is_restored(p5: LocalCluster,
+def test_a_node_whose_plugin_does_not_share_fails_the_test_naming_it_and_is_restored(p5_nodes: LocalCluster,
                                                                                      tmp_path: Path):
-    p5.core.patch_node("kwok-p5-1", {"metadata": {"labels": {SHARING_OFF_LABEL: "off"}}})
+    p5_nodes.core.patch_node("kwok-p5-1", {"metadata": {"labels": {SHARING_OFF_LABEL: "off"}}})
     try:
         artifacts = tmp_path / "artifacts"
-        done = kubetest2(p5, artifacts, "exec", "nvidia.test", "--test.run=^TestTimeSlicing$", "--timeSlicingEnabled",
-                         "--nodeType=p5.48xlarge", env={**SHARING_SUITE, "DISCOVERY_TIMEOUT": "20s"}, timeout=600)
+        done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestTimeSlicing$",
+                         "--timeSlicingEnabled", "--nodeType=p5.48xlarge",
+                         env={**SHARING_SUITE, "DISCOVERY_TIMEOUT": "20s"}, timeout=600)
     finally:
-        p5.core.patch_node("kwok-p5-1", {"metadata": {"labels": {SHARING_OFF_LABEL: None}}})
+        p5_nodes.core.patch_node("kwok-p5-1", {"metadata": {"labels": {SHARING_OFF_LABEL: None}}})
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
     (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing"].result
     assert "kwok-p5-1 advertises 8 nvidia.com/gpu, expected 32 (8 GPUs x 4 replicas)" in failure.message
     assert "kwok-p5-0 advertises" not in failure.message
-    assert_restored(p5, done.stderr, "time-slicing")
+    assert_restored(p5_nodes, done.stderr, "time-slicing")
 
 
-def test_enabled_without_the_device_plugin_install_fails_naming_the_flags(p5: LocalCluster, tmp_path: Path):
-    done = kubetest2(p5, tmp_path / "artifacts", "exec", "nvidia.test", "--test.run=^TestMPS$", "--mpsEnabled",
+def test_enabled_without_the_device_plugin_install_fails_naming_the_flags(p5_nodes: LocalCluster, tmp_path: Path):
+    done = kubetest2(p5_nodes, tmp_path / "artifacts", "exec", "nvidia.test", "--test.run=^TestMPS$", "--mpsEnabled",
                      "--installDevicePlugin=false", env=SHARING_SUITE)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "--mpsEnabled needs --installDevicePlugin=true and ACCELERATOR=nvidia (got --installDevicePlugin=false" \
