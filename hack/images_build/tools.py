@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-# The commands `hack/images build` needs, and the Debian package of each (hack/system-packages.sh
-# installs them).
-REQUIRED = {"buildah": "buildah", "mmdebstrap": "mmdebstrap", "go": "(Go, see README.md)"}
+import system_packages
+
+# The commands `hack/images build` needs, and the Debian package of each (hack/system-packages.txt's
+# `images` rows, which hack/system-packages.sh installs), and Go (a prerequisite, README.md).
+REQUIRED = {**system_packages.rows("images"), "go": "(Go, see README.md)"}
 
 
 def log(message: str) -> None:

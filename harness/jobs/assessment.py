@@ -61,14 +61,12 @@ def record_verdict(t: TestContext, verdict: Verdict, metrics: WorkloadMetrics | 
 
 def cluster_baseline(t: TestContext) -> baseline.Baseline | None:
     """BASELINE, read once per run (baseline.load caches it); None when unset."""
-    cfg = t.cfg
-    return baseline.load(cfg.baseline, cfg.baseline_tolerance) if cfg.baseline is not None else None
+    return baseline.load_optional(t.cfg.baseline, t.cfg.baseline_tolerance)
 
 
 def busbw_baseline(t: TestContext, metrics: WorkloadMetrics) -> BaselineKey | None:
     """What a sweep's bus bandwidth compares with in BASELINE: this workload's entry at this size."""
-    judged_by = cluster_baseline(t)
-    return BaselineKey(judged_by, metrics.workload, workload_size(metrics)) if judged_by is not None else None
+    return BaselineKey.of(cluster_baseline(t), metrics)
 
 
 def training_verdict(t: TestContext, metrics: WorkloadMetrics, world_size: int, workload: str,

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.config.values import format_bytes
 from harness.metrics.log_lines import SweepRow
-from harness.metrics.records import Sweep
+from harness.metrics.records import Sweep, WorkloadMetrics
 from harness.verdict.baseline import BASELINE_SOURCE, Baseline
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.thresholds import (
@@ -34,6 +34,7 @@ from harness.verdict.thresholds import (
 from harness.verdict.thresholds import (
     node_type as node_type_row,
 )
+from harness.verdict.training import workload_size
 
 # nccl-tests binaries (and our workloads.allreduce) -> the collective the table's floors are keyed by.
 COLLECTIVES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "alltoall_perf": "alltoall",
@@ -153,6 +154,12 @@ class BaselineKey:
     baseline: Baseline
     workload: str
     size: str | None
+
+    @classmethod
+    def of(cls, judged_by: Baseline | None, metrics: WorkloadMetrics) -> BaselineKey | None:
+        """The entry `metrics`' sweep compares with in `judged_by` (its workload at the size every rank
+        reported); None without a baseline."""
+        return cls(judged_by, metrics.workload, workload_size(metrics)) if judged_by is not None else None
 
 
 def judge_busbw(operation: str, sweep: Sweep | None, node_type: str | None, nodes: int,

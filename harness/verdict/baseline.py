@@ -141,6 +141,11 @@ def _entry(path: str, line: int, raw: Any) -> Entry:
                  nodes=parsed_nodes, line=line)
 
 
+def load_optional(path: str | None, tolerance: float) -> Baseline | None:
+    """The baseline at `path` (see load); None when no baseline is set (BASELINE unset, no --baseline)."""
+    return load(path, tolerance) if path else None
+
+
 @cache
 def load(path: str, tolerance: float) -> Baseline:
     """The baseline at `path`; BaselineError (exit 2) naming the line when it is malformed."""

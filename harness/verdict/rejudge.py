@@ -118,15 +118,14 @@ def _locate(metrics: WorkloadMetrics, result: dict[str, Any]) -> None:
 
 def _baseline(args: argparse.Namespace) -> baseline.Baseline | None:
     """--baseline, read (a malformed file is a usage error naming its line)."""
-    return baseline.load(args.baseline, args.baseline_tolerance) if args.baseline else None
+    return baseline.load_optional(args.baseline, args.baseline_tolerance)
 
 
 def _busbw(args: argparse.Namespace, metrics: WorkloadMetrics, operation: str, nodes: int | None) -> Verdict:
     if nodes is None:
         raise UsageProblem("--nodes: how many nodes the sweep spanned (bandwidth floors depend on it); "
                            "no result.json says")
-    judged_by = _baseline(args)
-    key = BaselineKey(judged_by, metrics.workload, workload_size(metrics)) if judged_by is not None else None
+    key = BaselineKey.of(_baseline(args), metrics)
     return judge_busbw(operation, metrics.sweep, args.node_type, nodes, args.min_busbw, key)
 
 

@@ -75,6 +75,7 @@ def test_up_after_a_crash_then_down_leaves_nothing_behind(tmp_path: Path):
     env = {**os.environ, "KT2T_STATE": str(state), "KT2T_PORT_OFFSET": str(offset), "KT2T_NODE_COUNT": "1"}
     env.pop("KT2T_REAL_NODES", None)
     layout = ClusterLayout(state)
+    netns_dir_before = linux.NETNS_DIR.exists()
     try:
         kubeconfig = local_cluster(env, "up", "--real-nodes", "1").strip().splitlines()[-1]
         api = config.new_client_from_config(config_file=kubeconfig)
@@ -99,3 +100,11 @@ def test_up_after_a_crash_then_down_leaves_nothing_behind(tmp_path: Path):
         local_cluster(env, "down")
     assert not state.exists()
     assert leftovers(layout) == {"namespaces": [], "mounts": [], "cgroups": [], "processes": [], "files": []}
+    # iproute2's /run/netns: removed when this cluster made it and no one else's namespace is in it,
+    # kept when it was there before (other clusters', or the machine's, namespaces live in it).
+    others = linux.NETNS_DIR.exists() and any(linux.NETNS_DIR.iterdir())
+    if netns_dir_before:
+        assert linux.NETNS_DIR.is_dir(), "down removed /run/netns, which was there before up"
+    elif not others:
+        assert not linux.NETNS_DIR.exists(), "down left /run/netns, which this cluster's up made"
+        assert linux.NETNS_DIR not in linux.mounts_under(linux.NETNS_DIR.parent), "down left /run/netns mounted"

@@ -86,6 +86,11 @@ class ClusterLayout:
         return self.root / "egress-selector.yaml"
 
     @property
+    def made_netns_dir(self) -> Path:
+        """Written when this cluster's first `ip netns add` made /run/netns: down removes it then."""
+        return self.root / "made-run-netns"
+
+    @property
     def count_file(self) -> Path:
         """How many real nodes `up --real-nodes N` asked for; later `up`s keep that many."""
         return self.root / "count"

@@ -57,9 +57,15 @@ def umount_lazy(target: str | Path) -> None:
     _check(_libc.umount2(str(target).encode(), MNT_DETACH), f"umount {target}")
 
 
+# Where `ip netns` keeps named network namespaces. iproute2 makes the folder at the first `ip netns
+# add` and bind-mounts it onto itself (a shared mount, so namespaces added later show in every
+# mount namespace).
+NETNS_DIR = Path("/run/netns")
+
+
 def netns_path(name: str) -> Path:
     """Where `ip netns` keeps a named network namespace."""
-    return Path("/run/netns") / name
+    return NETNS_DIR / name
 
 
 def in_netns(name: str, function: Callable[[], T]) -> T:

@@ -514,6 +514,8 @@ class RealNodes:
         for name in self.process_names():
             ProcessRecord(self.settings.run_dir, name).stop(grace_s=0)
         self.layout.netd_socket.unlink(missing_ok=True)
+        if network.remove_netns_dir_if_made(self.layout):
+            removed.append(str(linux.NETNS_DIR))
         return removed
 
 

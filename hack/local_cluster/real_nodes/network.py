@@ -8,8 +8,10 @@ else (no default route anywhere: "Network is unreachable").
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
+from . import linux
 from .layout import CLUSTER_NET_CIDR, GATEWAY_IP, POD_NET_CIDR, ClusterLayout, NodeLayout
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -46,6 +48,10 @@ def ensure_cluster_network(layout: ClusterLayout) -> None:
     ns = layout.cluster_netns
     if ns in namespaces():
         return
+    if not linux.NETNS_DIR.exists():
+        # iproute2 is about to make it: down removes it again, once no namespace is left in it.
+        layout.root.mkdir(parents=True, exist_ok=True)
+        layout.made_netns_dir.touch()
     ip("netns", "add", ns)
     ip("-n", ns, "link", "set", "lo", "up")
     ip("-n", ns, "link", "add", BRIDGE, "type", "bridge")
@@ -78,9 +84,26 @@ def delete_namespace(name: str) -> None:
     ip("netns", "delete", name, check=False)
 
 
+def remove_netns_dir_if_made(layout: ClusterLayout) -> bool:
+    """Removes /run/netns (and iproute2's bind mount of it onto itself) when this cluster's first
+    `ip netns add` made it and no namespace is left in it (another cluster's, or anyone's, keeps
+    it). Returns whether it was removed."""
+    if not layout.made_netns_dir.exists() or not linux.NETNS_DIR.is_dir() or any(linux.NETNS_DIR.iterdir()):
+        return False
+    # A folder bind-mounted onto itself shows as a mount point once per `ip netns add` that raced to make it.
+    with contextlib.suppress(OSError):  # a namespace added meanwhile keeps it (rmdir fails: not empty)
+        for _ in range(8):
+            if linux.NETNS_DIR not in linux.mounts_under(linux.NETNS_DIR):
+                break
+            linux.umount_lazy(linux.NETNS_DIR)
+        linux.NETNS_DIR.rmdir()
+    layout.made_netns_dir.unlink(missing_ok=True)
+    return not linux.NETNS_DIR.exists()
+
+
 def cluster_namespaces(layout: ClusterLayout) -> list[str]:
     return [ns for ns in namespaces() if ns.startswith(layout.prefix)]
 
 
 __all__ = ["CLUSTER_NET_CIDR", "NetworkError", "cluster_namespaces", "delete_namespace",
-           "ensure_cluster_network", "ensure_node_network", "namespaces"]
+           "ensure_cluster_network", "ensure_node_network", "namespaces", "remove_netns_dir_if_made"]

@@ -6,24 +6,9 @@ and nothing is half made."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-# command -> Debian package (hack/system-packages.sh installs the same table).
-COMMANDS = {
-    "containerd": "containerd",
-    "containerd-shim-runc-v2": "containerd",
-    "ctr": "containerd",
-    "runc": "runc",
-    "ip": "iproute2",
-    "iptables": "iptables",
-    "iptables-save": "iptables",
-    "conntrack": "conntrack",
-    "gcc": "gcc",
-}
-CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
-CNI_DIR = Path("/usr/lib/cni")
-FILES = {Path("/bin/busybox"): "busybox-static", Path("/usr/lib/x86_64-linux-gnu/libc.a"): "libc6-dev"}
+import system_packages
 
 
 def problems(node_binaries: list[Path]) -> list[str]:
@@ -31,12 +16,9 @@ def problems(node_binaries: list[Path]) -> list[str]:
     found = []
     if os.geteuid() != 0:
         found.append("real nodes need root (network namespaces, mounts, cgroups, containerd): run as root")
-    packages = sorted({package for command, package in COMMANDS.items() if shutil.which(command) is None})
-    packages += sorted({"containernetworking-plugins" for p in CNI_PLUGINS if not (CNI_DIR / p).exists()})
-    packages += sorted({package for path, package in FILES.items() if not path.exists()})
+    packages = system_packages.missing_packages("real-nodes")
     if packages:
-        found.append(f"missing Debian packages: {' '.join(sorted(set(packages)))} "
-                     "(hack/system-packages.sh installs them)")
+        found.append(f"missing Debian packages: {' '.join(packages)} (hack/system-packages.sh installs them)")
     for binary in node_binaries:
         if not os.access(binary, os.X_OK):
             found.append(f"{binary} is missing: hack/build-binaries.sh --real-nodes builds it")

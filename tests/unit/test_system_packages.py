@@ -1,0 +1,52 @@
+"""hack/system-packages.txt is the one table of system packages: hack/system-packages.sh installs every
+row, and the real nodes' preflight and `hack/images` check their own rows, naming the package of each
+missing one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HACK = Path(__file__).resolve().parents[2] / "hack"
+sys.path.insert(0, str(HACK))
+
+import system_packages  # noqa: E402
+from images_build import tools  # noqa: E402
+from local_cluster.real_nodes import preflight  # noqa: E402
+
+
+def test_every_row_has_a_command_a_package_and_who_needs_it():
+    for line in system_packages.TABLE.read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        assert fields == [] or len(fields) == 3, f"malformed row: {line!r}"
+        assert fields == [] or fields[2] in {"setup", "images", "real-nodes"}, line
+
+
+def test_the_shell_installer_reads_the_same_rows_as_the_python_checks():
+    # The installer's table, printed by its own parsing loop (the script up to its first check).
+    script = (HACK / "system-packages.sh").read_text()
+    print_table = 'for k in "${!PACKAGE_OF[@]}"; do echo "$k ${PACKAGE_OF[$k]}"; done\n'
+    parse = script[:script.index("for tool in python3 go")] + print_table
+    out = subprocess.run(["bash", "-c", parse, str(HACK / "system-packages.sh")], capture_output=True, text=True,
+                         check=True).stdout
+    shell = dict(line.split() for line in out.splitlines())
+    python = {**system_packages.rows("setup"), **system_packages.rows("images"), **system_packages.rows("real-nodes")}
+    assert shell == python
+
+
+def test_each_part_checks_its_own_rows():
+    assert {"containerd", "containerd-shim-runc-v2", "/usr/lib/cni/portmap", "/bin/busybox"} <= set(
+        system_packages.rows("real-nodes"))
+    assert {"buildah", "mmdebstrap", "go"} == set(tools.REQUIRED)
+    with pytest.raises(ValueError, match="no row needed by 'gpu'"):
+        system_packages.rows("gpu")
+
+
+def test_a_missing_row_is_named_by_its_package(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(system_packages, "present", lambda item: item not in {"conntrack", "/usr/lib/cni/bridge"})
+    assert system_packages.missing_packages("real-nodes") == ["conntrack", "containernetworking-plugins"]
+    found = preflight.problems([])
+    assert any("missing Debian packages: conntrack containernetworking-plugins" in p for p in found), found
