@@ -1,6 +1,7 @@
 """The images every real node has from the start, and loading image archives into the nodes.
 
-- the sandbox image (pause.c, built static with gcc): kubelet's pod sandbox;
+- the sandbox image (images/pause/pause.c, the pause image's own program, built static with gcc
+  here as images/pause/Dockerfile builds it, without buildah): kubelet's pod sandbox;
 - a test image of Debian's static busybox (package busybox-static): a shell, nc, wget, nslookup,
   for the real nodes' own tests (network, DNS, Services, faults) without the multi-GB workloads image.
 Both are written as OCI archives (one uncompressed layer) into the binary cache, keyed by a hash of
@@ -23,7 +24,9 @@ from pathlib import Path
 from .configs import DEFAULT_SANDBOX_IMAGE
 from .layout import NodeLayout
 
-PAUSE_SOURCE = Path(__file__).with_name("pause.c")
+# The one pause program: the pause image's (images/pause/); the same gcc flags as its Dockerfile.
+PAUSE_SOURCE = Path(__file__).resolve().parents[3] / "images" / "pause" / "pause.c"
+PAUSE_CFLAGS = ("-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror")
 BUSYBOX = Path("/bin/busybox")
 TEST_IMAGE = "kubetest2-training.local/busybox:local"
 BUSYBOX_APPLETS = ("sh", "sleep", "cat", "echo", "nc", "wget", "nslookup", "hostname", "ls", "env", "true",
@@ -114,7 +117,7 @@ def pause_archive(cache_dir: Path) -> Path:
         raise ImageError("the sandbox image needs gcc (Debian package gcc, with libc6-dev for -static)")
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(tmp) / "pause"
-        result = subprocess.run(["gcc", "-static", "-Os", "-s", "-o", str(binary), str(PAUSE_SOURCE)],
+        result = subprocess.run(["gcc", *PAUSE_CFLAGS, "-o", str(binary), str(PAUSE_SOURCE)],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise ImageError(f"building the sandbox image: gcc -static {PAUSE_SOURCE}: {result.stderr.strip()}")
