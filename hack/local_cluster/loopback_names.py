@@ -8,9 +8,9 @@ cluster runs on this one machine).
 - The rendezvous port a pod passes (`MASTER_PORT`, `PET_MASTER_PORT`, `--master-port[=]`, `--master_port[=]`,
   `--rdzv-endpoint=host:port`) would collide between jobs running at the same time, so each
   (namespace, service, port) gets its own free port, the same for every pod of that job.
-- torchrun's c10d rendezvous guesses that it hosts the store when the endpoint is a local
-  address, which on 127.0.0.1 is every pod: `--rdzv-conf=is_host=` is added, true only for the
-  pod whose hostname the endpoint named (what real DNS would have told torchrun).
+- torchrun's c10d rendezvous is told which pod hosts its store by the launcher itself
+  (`--rdzv-conf=is_host=`, harness/jobs/launchers/torchrun.py): on 127.0.0.1 its own guess would
+  be "yes" in every pod, in a real pod "no" until the cluster DNS has worker 0's record.
 """
 
 from __future__ import annotations
@@ -130,7 +130,6 @@ class LoopbackNames:
 
     def argv(self, argv: list[str]) -> list[str]:
         out: list[str] = []
-        rdzv_host: str | None = None
         i = 0
         while i < len(argv):
             flag, eq, value = argv[i].partition("=")
@@ -141,16 +140,11 @@ class LoopbackNames:
                 continue
             value = argv[i + 1] if separate else value
             if flag in RDZV_FLAGS:
-                original_host = value.rpartition(":")[0] or value
-                value, service = self.endpoint(value)
-                if service is not None and "." in original_host:
-                    rdzv_host = original_host  # a pod's name: that pod alone hosts the store
+                value, _ = self.endpoint(value)
             else:
                 value = self._flag_value(flag, value)
             out.extend([flag, value] if separate else [f"{flag}={value}"])
             i += 2 if separate else 1
-        if rdzv_host is not None:
-            out = self._with_is_host(out, rdzv_host)
         return out
 
     def _flag_value(self, flag: str, value: str) -> str:
@@ -161,17 +155,3 @@ class LoopbackNames:
         if flag in HOST_LIST_FLAGS:
             return value
         return self._dotted_names(value)
-
-    def _with_is_host(self, argv: list[str], endpoint_host: str) -> list[str]:
-        """torchrun's c10d store must live in exactly one pod: the one the endpoint names."""
-        is_host = "1" if endpoint_host.split(".", 1)[0] == self.hostname else "0"
-        for index, arg in enumerate(argv):
-            if arg.startswith(("--rdzv-conf=", "--rdzv_conf=")) and "is_host=" not in arg:
-                argv = list(argv)
-                argv[index] = f"{arg},is_host={is_host}" if arg.split("=", 1)[1] else f"{arg}is_host={is_host}"
-                return argv
-            if arg.startswith(("--rdzv-conf=", "--rdzv_conf=")):
-                return argv
-        # torchrun's own options come before the script: right after the launcher's name.
-        launcher_end = 3 if argv[1:3] == ["-m", "torch.distributed.run"] else 1
-        return [*argv[:launcher_end], f"--rdzv-conf=is_host={is_host}", *argv[launcher_end:]]

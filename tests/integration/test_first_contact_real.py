@@ -10,7 +10,10 @@ In CI (the kubetest2 image: Debian bookworm-slim with apt and dpkg, 134 MB, buil
   64 MiB default), seen from inside the container;
 - item 4: real nodes tainted nvidia.com/gpu=present:NoSchedule still get the DaemonSet launcher's pods.
 With the workloads image (marked `images`, KT2T_WITH_IMAGES=1): the tainted nodes run
-TestNanoGPTTraining, and its kept pods mount a memory /dev/shm and request CPU.
+TestNanoGPTTraining, and its kept pods mount a memory /dev/shm and request CPU; real nodes that
+advertise one nvidia.com/gpu (an extended resource patched into their status, as a device plugin
+would advertise it) but have no GPU fail ACCELERATOR=nvidia TestBertTraining fast, naming CUDA (the
+workloads' no-GPU check, item 2, in the image as shipped, under a real kubelet).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 REAL_NODE_TYPE = "container-cpu"
 BIN = Path(sys.executable).parent
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
+FAST_SECONDS = 300  # the pods' start on a loaded 2-core host, then the workloads' first check
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +76,37 @@ def test_real_nodes_tainted_nvidia_gpu_still_run_nanogpt(real, tmp_path: Path):
     assert done.returncode == 0, done.stdout[-4000:]
     props = case_properties(junit_cases(tmp_path / "artifacts", "e2e-nvidia-training")["TestNanoGPTTraining"])
     assert {v for k, v in props.items() if k.startswith("rank.") and k.endswith(".node")} <= set(nodes)
+
+
+def advertise_gpus(cluster: LocalCluster, node: str, count: int | None) -> None:
+    """Patch the node's status to advertise `count` nvidia.com/gpu (None: none), as the NVIDIA device
+    plugin would; kubelet keeps an extended resource that no device plugin manages."""
+    value = str(count) if count is not None else None
+    body = {"status": {"capacity": {"nvidia.com/gpu": value}, "allocatable": {"nvidia.com/gpu": value}}}
+    cluster.core.patch_node_status(node, body)
+
+
+@pytest.mark.images
+def test_real_nodes_advertising_a_gpu_without_one_fail_nvidia_bert_fast_naming_cuda(real, tmp_path: Path):
+    cluster, nodes, image = real
+    try:
+        for node in nodes:
+            advertise_gpus(cluster, node, 1)
+        wait_for(lambda: all(cluster.core.read_node(n).status.allocatable.get("nvidia.com/gpu") == "1" for n in nodes),
+                 30, "the real nodes advertising nvidia.com/gpu")
+        started = time.monotonic()
+        done = run_training(cluster, tmp_path / "artifacts", "TestBertTraining", image, ACCELERATOR="nvidia")
+        seconds = time.monotonic() - started
+    finally:
+        for node in nodes:
+            advertise_gpus(cluster, node, None)
+    assert done.returncode == 1, done.stdout[-4000:]
+    case = junit_cases(tmp_path / "artifacts", "e2e-nvidia-training")["TestBertTraining"]
+    message = next(iter(case.result)).message or ""
+    assert "CUDA is required" in message and "no usable GPU" in message, message
+    assert any(f"on node {n}" in message for n in nodes), message
+    assert "rank.0.device" not in case_properties(case)  # no rank trained on the CPU instead
+    assert seconds < FAST_SECONDS, f"took {seconds:.0f}s: {message}"
 
 
 @pytest.mark.images

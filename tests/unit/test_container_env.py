@@ -95,15 +95,18 @@ def test_static_torchrun_arguments():
     assert argv[4:] == ["-m", "workloads.bert"]
 
 
-def test_rdzv_endpoint_gets_a_port_and_one_host():
+def test_rdzv_endpoint_gets_one_port_for_every_pod_and_nothing_else():
+    """Which pod hosts the store is the launcher's to say (--rdzv-conf=is_host, as on a real cluster),
+    not the stand-in's: the arguments keep their shape."""
     ports = PortAllocator()
     host = names("job-0", ports).argv(["torchrun", "--rdzv-endpoint=job-0.job:29500", "-m", "w"])
     guest = names("job-1", ports).argv(["torchrun", "--rdzv-endpoint=job-0.job:29500", "-m", "w"])
-    port = host[2].rsplit(":", 1)[1]
-    assert host == ["torchrun", "--rdzv-conf=is_host=1", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "w"]
-    assert guest == ["torchrun", "--rdzv-conf=is_host=0", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "w"]
-    merged = names("job-1", ports).argv(["torchrun", "--rdzv-conf=timeout=9", "--rdzv-endpoint=job-0.job:29500"])
-    assert merged[1] == "--rdzv-conf=timeout=9,is_host=0"
+    port = host[1].rsplit(":", 1)[1]
+    assert host == guest == ["torchrun", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "w"]
+    entry = names("job-1", ports).argv(["sh", "-c", 'exec torchrun "$@"', "torchrun", "--rdzv-conf=is_host=false",
+                                        "--rdzv-endpoint=job-0.job:29500"])
+    assert entry == ["sh", "-c", 'exec torchrun "$@"', "torchrun", "--rdzv-conf=is_host=false",
+                     f"--rdzv-endpoint=127.0.0.1:{port}"]
 
 
 def test_mpirun_host_lists_keep_their_names():

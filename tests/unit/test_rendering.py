@@ -51,6 +51,16 @@ def test_torchrun_on_cpu_asks_for_cpus_and_elastic_tolerates_a_lost_worker():
     assert "--rdzv-backend=c10d" in worker["args"] and "--max-restarts=3" in worker["args"]
     assert job["spec"]["backoffLimit"] == 4
     assert env_of(worker)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # Worker 0 is told it hosts the c10d store: torchrun's own guess needs the cluster DNS to know
+    # worker 0 already (tests/unit/test_torchrun_entry.py runs the command).
+    assert worker["command"][:2] == ["sh", "-c"] and "is_host" in worker["command"][2]
+    assert worker["command"][3] == "torchrun"
+
+
+def test_static_torchrun_runs_torchrun_itself():
+    bert = Workload("bert-training", "workloads.bert", ("--size", "tiny"))
+    _, job = objects("torchrun", bert, placement("cpu", per_node=1, efa=0))
+    assert container(job)["command"] == ["torchrun"]
 
 
 def test_mpi_runs_one_slot_per_process_on_every_worker():

@@ -1,6 +1,6 @@
 """torchrun: an Indexed Job (one pod per node, `torchrun --node-rank=$(JOB_COMPLETION_INDEX)`) plus a
 headless Service so worker 0 is reachable as <job>-0.<job>; no operator needed. Elastic workloads
-use c10d rendezvous with restarts."""
+use c10d rendezvous with restarts, its store hosted by worker 0 (ELASTIC_ENTRY says why it is told so)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,17 @@ from harness.jobs.launchers.base import (
 )
 from harness.jobs.workload import Placement, Rendering, Workload
 
+# An elastic worker's command: torchrun, told whether it hosts the c10d rendezvous store. Left to
+# itself, torchrun guesses (torch's _matches_machine_hostname) by resolving the endpoint's host,
+# `<job>-0.<job>`, through the cluster DNS and comparing it with its own addresses: in a pod that
+# starts before the headless Service's record for worker 0 exists, worker 0 guesses "no", every
+# worker waits for a store nobody serves, and the rendezvous times out (pytorch/pytorch#73380; on
+# one machine, where every name is 127.0.0.1, every worker guessed "yes" instead). The index is the
+# Indexed Job's, so worker 0, and only it, hosts; a shell because a pod template is the same for
+# every index ($host, not $(host): the kubelet expands only $(NAME)).
+ELASTIC_ENTRY = ('host=false; [ "$JOB_COMPLETION_INDEX" = 0 ] && host=true; '
+                 'exec torchrun --rdzv-conf=is_host=$host "$@"')
+
 
 class Torchrun(Launcher):
     name = "torchrun"
@@ -27,7 +38,7 @@ class Torchrun(Launcher):
         name = workload.job_name
         return [Rendering("torchrun-job.yaml", {
             **worker_fields(workload, placement),
-            "Command": ["torchrun"],
+            "Command": ["sh", "-c", ELASTIC_ENTRY, "torchrun"] if workload.elastic else ["torchrun"],
             "Args": torchrun_args(workload, placement),
             "Env": container_env(workload, placement, f"{name}-0.{name}"),
             "MasterPort": MASTER_PORT,
