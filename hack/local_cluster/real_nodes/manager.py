@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,22 +234,29 @@ class RealNodes:
         log(f"{node.name}: imported {archive} ({time.monotonic() - started:.1f}s)")
 
     def load_image(self, archive: Path) -> list[str]:
-        """Imports an image archive into every real node that lacks it; returns those nodes' names."""
+        """Imports an image archive into every real node that lacks it, all nodes at once (each import
+        is one `ctr` process decompressing and unpacking on its own; the workloads image's 8 GB one
+        node after the other is what made loading slow); returns those nodes' names."""
         if not archive.is_file():
             raise RealNodeError(f"load-image: {archive} is not a file (expected an OCI or docker archive)")
-        loaded = []
-        for node in self.nodes():
-            if archive.absolute() in self.imported_archives(node):
-                continue  # the same file again: its image is there (a rebuilt image is a new file)
-            try:
-                self.import_into(node, archive)
-            except images.ImageError as error:
-                raise RealNodeError(str(error)) from None
-            loaded.append(node.name)
+        # The same file again is there already (a rebuilt image is a new file).
+        missing = [node for node in self.nodes() if archive.absolute() not in self.imported_archives(node)]
+        with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
+            outcomes = list(pool.map(lambda node: self._import_or_error(node, archive), missing))
+        errors = [error for error in outcomes if error is not None]
+        if errors:
+            raise RealNodeError("\n".join(errors))
         known = self.loaded_archives()
         if archive.absolute() not in known:
             (self.layout.root / "loaded-images").write_text("".join(f"{p}\n" for p in [*known, archive.absolute()]))
-        return loaded
+        return [node.name for node in missing]
+
+    def _import_or_error(self, node: NodeLayout, archive: Path) -> str | None:
+        try:
+            self.import_into(node, archive)
+        except images.ImageError as error:
+            return str(error)
+        return None
 
     # ---- the processes --------------------------------------------------------------------------
 
