@@ -91,3 +91,10 @@ def test_an_oci_archive_names_its_image_and_holds_its_layer(tmp_path: Path):
         index = tar.extractfile("index.json").read().decode()  # type: ignore[union-attr]
     assert "oci-layout" in names and sum(n.startswith("blobs/sha256/") for n in names) == 3
     assert '"io.containerd.image.name": "example.local/x:1"' in index
+
+
+def test_the_sandbox_image_builds_pause_as_the_pause_images_dockerfile_does():
+    """One pause program, two builds (gcc here, buildah for images/pause): the same source and flags."""
+    dockerfile = (images.PAUSE_SOURCE.parent / "Dockerfile").read_text()
+    assert f"RUN gcc {' '.join(images.PAUSE_CFLAGS)} -o /pause /src/pause.c" in dockerfile
+    assert "COPY images/pause/pause.c /src/pause.c" in dockerfile

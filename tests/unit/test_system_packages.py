@@ -19,10 +19,16 @@ from local_cluster.real_nodes import preflight  # noqa: E402
 
 
 def test_every_row_has_a_command_a_package_and_who_needs_it():
-    for line in system_packages.TABLE.read_text().splitlines():
-        fields = line.split("#", 1)[0].split()
-        assert fields == [] or len(fields) == 3, f"malformed row: {line!r}"
-        assert fields == [] or fields[2] in {"setup", "images", "real-nodes"}, line
+    assert {who for _, _, who in system_packages.table()} == set(system_packages.NEEDED_BY)
+
+
+@pytest.mark.parametrize("row", ["gcc gcc", "gcc gcc gpu", "gcc gcc real-nodes extra"])
+def test_a_malformed_row_is_an_error_naming_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str):
+    table = tmp_path / "system-packages.txt"
+    table.write_text(f"# comment\nip iproute2 real-nodes  # why\n{row}\n")
+    monkeypatch.setattr(system_packages, "TABLE", table)
+    with pytest.raises(ValueError, match=f"line 3: '{row}'; expected"):
+        system_packages.table()
 
 
 def test_the_shell_installer_reads_the_same_rows_as_the_python_checks():
@@ -33,8 +39,7 @@ def test_the_shell_installer_reads_the_same_rows_as_the_python_checks():
     out = subprocess.run(["bash", "-c", parse, str(HACK / "system-packages.sh")], capture_output=True, text=True,
                          check=True).stdout
     shell = dict(line.split() for line in out.splitlines())
-    python = {**system_packages.rows("setup"), **system_packages.rows("images"), **system_packages.rows("real-nodes")}
-    assert shell == python
+    assert shell == {item: package for item, package, _ in system_packages.table()}
 
 
 def test_each_part_checks_its_own_rows():

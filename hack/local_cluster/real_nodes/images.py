@@ -120,7 +120,8 @@ def pause_archive(cache_dir: Path) -> Path:
         result = subprocess.run(["gcc", *PAUSE_CFLAGS, "-o", str(binary), str(PAUSE_SOURCE)],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise ImageError(f"building the sandbox image: gcc -static {PAUSE_SOURCE}: {result.stderr.strip()}")
+            raise ImageError(f"building the sandbox image: gcc {' '.join(PAUSE_CFLAGS)} {PAUSE_SOURCE}: "
+                             f"{result.stderr.strip()}")
         layer = layer_tar([LayerFile("pause", binary.read_bytes())])
     write_oci_archive(archive, DEFAULT_SANDBOX_IMAGE, layer, ["/pause"], [])
     return archive
