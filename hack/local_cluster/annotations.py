@@ -16,6 +16,9 @@ LOGS_READY_ANNOTATION = ANNOTATION_PREFIX + "logs-ready"
 # The fraction of each period the pod's processes were stopped because its node is labelled slow
 # (slow_nodes.py): injected slowness, kept once the label goes.
 SLOWED_ANNOTATION = ANNOTATION_PREFIX + "slowed-by"
+# The cores the pod's processes were limited to because its node is labelled with its own CPUs
+# (node_cpus.py), kept once the label goes.
+CPUS_ANNOTATION = ANNOTATION_PREFIX + "cpus-limited-to"
 # Pods of an MPIJob (mpi-operator v2beta1): `launcher` or `worker`.
 MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"

@@ -1,4 +1,5 @@
-"""Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, node-slow, stop/restart."""
+"""Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, node-slow, node-cpus,
+stop/restart."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from . import nodes
+from . import node_cpus, nodes
 from .api import ApiClient, ApiError
 from .cluster import ClusterError, LocalCluster, progress, wait_until
+from .components import KWOK_NODE_LABEL, KWOK_NODE_LABEL_VALUE
 from .real_nodes.manager import RealNodeError
 from .settings import Settings, port_env_names
 
@@ -60,7 +62,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     slow.add_argument("node")
     slow.add_argument("fraction", type=slow_fraction_argument,
                       help="share of each period stopped, strictly between 0 and 1 (0.5 halves the speed), or off")
+    cpus = commands.add_parser("node-cpus", help="give a node's pods their own share of this machine's cores: the node "
+                                                 "agent runs them in a cgroup with that CFS quota; `off` ends it")
+    cpus.add_argument("node")
+    cpus.add_argument("cores", type=cores_argument, help="cores (0.4 is 40%% of one core, 2 two cores), or off")
     return parser.parse_args(argv)
+
+
+def cores_argument(text: str) -> float | None:
+    if text == "off":
+        return None
+    try:
+        return node_cpus.parse_cores(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}; or `off`") from None
 
 
 def slow_fraction_argument(text: str) -> float | None:
@@ -144,6 +159,8 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
         return 0
     if args.command == "node-slow":
         return node_slow(api, args.node, args.fraction, settings.wait_timeout_s)
+    if args.command == "node-cpus":
+        return node_cores(api, args.node, args.cores, settings)
     return node_readiness(api, args.node, args.command == "node-not-ready", settings.wait_timeout_s)
 
 
@@ -153,6 +170,26 @@ def node_readiness(api: ApiClient, node: str, not_ready: bool, timeout_s: float)
     wait_until(lambda: reached(api.get("Node", node)), timeout_s,
                f"node {node} to be {'NotReady' if not_ready else 'Ready and untainted'}")
     progress(f"node {node}: {'NotReady' if not_ready else 'Ready'}")
+    return 0
+
+
+def node_cores(api: ApiClient, node: str, cores: float | None, settings: Settings) -> int:
+    """Labels the node and waits until the node agent has applied it to the node's cgroup."""
+    try:
+        hierarchy = node_cpus.CpuHierarchy.find()
+    except node_cpus.CgroupUnavailable as error:
+        print(f"local-cluster: node-cpus: {error}", file=sys.stderr)
+        return 1
+    labels = api.get("Node", node)["metadata"].get("labels") or {}
+    if labels.get(KWOK_NODE_LABEL) != KWOK_NODE_LABEL_VALUE:
+        print(f"local-cluster: node-cpus: {node} is not a host-process (kwok) node: its kubelet runs its pods, with "
+              "its own CPU limits; node-cpus applies to the nodes the node agent runs pods for", file=sys.stderr)
+        return 1
+    nodes.set_cpus(api, node, cores)
+    folder = hierarchy.root / node_cpus.cgroup_parent(settings.state_dir) / node
+    wait_until(lambda: hierarchy.quota_cores(folder) == cores, settings.wait_timeout_s,
+               f"the node agent to limit node {node} to {cores if cores is not None else 'all'} cores ({folder})")
+    progress(f"node {node}: " + (f"its pods get {cores:g} of this machine's cores" if cores else "all cores"))
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from . import nodes
+from . import node_cpus, nodes
 from .api import ApiClient, ApiError
 from .components import MPI_OPERATOR_LOCK_NAMESPACE, Component, components, is_healthy, kubeconfig_path, process_env
 from .kubeconfig import write_kubeconfig
@@ -262,6 +262,7 @@ class LocalCluster:
                 if record.stop():
                     stopped.append(component.name)
                     progress(f"{component.name}: stopped")
+            node_cpus.remove_leftovers(self.settings.state_dir)
             state = self.settings.state_dir
             if state.exists():
                 if not (state / STATE_MARKER).exists() and any(state.iterdir()):

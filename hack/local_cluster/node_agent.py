@@ -11,7 +11,9 @@ For each pod bound to a node it either runs the pod for real or serves canned lo
   container without `command` (the image's entrypoint is unknown here); kwok's stages drive them.
 
 Either way kwok serves `pods/log` from the files a `Logs` object names (pod_files.py). Pods run for
-real on a node labelled `kubetest2-training.local/slow=<fraction>` are slowed down (slow_nodes.py).
+real on a node labelled `kubetest2-training.local/slow=<fraction>` are slowed down (slow_nodes.py);
+on a node labelled `kubetest2-training.local/cpus=<cores>` they get that many of the machine's cores
+(node_cpus.py), as a node with its own CPUs.
 The NVIDIA device plugin's GPU sharing is played on the kwok GPU nodes (gpu_sharing.py).
 
 Pods bound to any other node (a real node's kubelet runs them, real_nodes/) are not the agent's.
@@ -45,6 +47,7 @@ from .executor import STOP_GRACE_DEFAULT_S, PodContext, PodRun
 from .gpu_sharing import GpuSharing
 from .loopback_names import LoopbackNames, PortAllocator
 from .mpi_pods import MpiPodAdapter, PodDns, mpi_role
+from .node_cpus import NodeCpus, cgroup_parent
 from .pki import Pki
 from .pod_files import PodFiles, all_containers, apply_logs
 from .pod_status import agent_log, orphaned_status
@@ -69,7 +72,7 @@ class NodeAgent:
     """Gives every scheduled pod its containers' processes or its canned logs (see the module docstring)."""
 
     def __init__(self, api: ApiClient, pod_logs_dir: Path, canned_logs_dir: Path, default_canned_log: str,
-                 scratch_dir: Path | None = None) -> None:
+                 scratch_dir: Path | None = None, cpus_cgroup: str | None = None) -> None:
         self.api = api
         self.files = PodFiles(pod_logs_dir, scratch_dir or pod_logs_dir.parent / "pod-scratch")
         self.dns = PodDns(pod_logs_dir.parent / "pod-dns")
@@ -80,7 +83,10 @@ class NodeAgent:
         self.runs_lock = threading.Lock()
         self.ports = PortAllocator()
         self.venv_bin = venv_bin()
-        self.slow = SlowNodes(api, self.runs_on)
+        # Nodes' own CPUs (node_cpus.py) in cgroups under `cpus_cgroup`; None: the label is ignored.
+        cpus = None if cpus_cgroup is None else (
+            lambda sessions_on, on_change: NodeCpus(cpus_cgroup, sessions_on, on_change, agent_log))
+        self.slow = SlowNodes(api, self.runs_on, cpus)
         self.kwok_nodes: dict[str, bool] = {}
 
     def run_forever(self) -> None:
@@ -88,6 +94,8 @@ class NodeAgent:
         threading.Thread(target=self.api.list_then_watch, args=("Node", self.slow.on_list, self.slow.on_event,
                                                                 agent_log), daemon=True, name="nodes").start()
         self.slow.cycler.start()
+        if self.slow.cpus is not None:
+            self.slow.cpus.start()
         threading.Thread(target=self.api.list_then_watch, args=("DaemonSet", self.gpus.on_list, self.gpus.on_event,
                                                                 agent_log), daemon=True, name="gpu-sharing").start()
         self.api.list_then_watch("Pod", self.on_pod_list, self.on_pod_event, agent_log)
@@ -240,6 +248,8 @@ class NodeAgent:
             run.finished.wait(timeout=max(0.0, deadline - time.monotonic()))
         for run in runs:
             run.kill_now()
+        if self.slow.cpus is not None:
+            self.slow.cpus.stop()
 
     # ---- forgetting pods ----------------------------------------------------------------------------
 
@@ -279,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pki = Pki(args.state_dir / "pki")
     api = ApiClient(args.server, pki.ca_cert, pki.client_cert("node-agent"), pki.client_key("node-agent"))
-    agent = NodeAgent(api, args.state_dir / "pod-logs", args.canned_logs_dir, args.default_canned_log)
+    agent = NodeAgent(api, args.state_dir / "pod-logs", args.canned_logs_dir, args.default_canned_log,
+                      cpus_cgroup=cgroup_parent(args.state_dir))
 
     def on_signal(signum: int, _frame: Any) -> None:
         agent_log(f"signal {signum}: stopping the pods' processes")

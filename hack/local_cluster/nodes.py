@@ -16,6 +16,8 @@ NOT_READY_LABEL = "kubetest2-training.local/not-ready"
 # Label that makes the node agent stop the node's pods' processes that fraction of every period
 # (slow_nodes.py): a node that is really slower, for straggler tests.
 SLOW_LABEL = "kubetest2-training.local/slow"
+# Label that gives the node's pods that many of the machine's cores (node_cpus.py).
+CPUS_LABEL = "kubetest2-training.local/cpus"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Nodes created at once: a thousand nodes one request at a time took about 3 minutes.
 CREATE_WORKERS = 8
@@ -163,6 +165,16 @@ def slow_fraction(node: dict[str, Any]) -> float | None:
     """The node's slow fraction; None when it has no slow label. ValueError for a malformed one."""
     value = (node["metadata"].get("labels") or {}).get(SLOW_LABEL)
     return None if value is None else parse_slow_fraction(value)
+
+
+def node_cpus(node: dict[str, Any]) -> str | None:
+    """The node's cpus label as written; None when it has none."""
+    return (node["metadata"].get("labels") or {}).get(CPUS_LABEL)
+
+
+def set_cpus(api: ApiClient, name: str, cores: float | None) -> None:
+    """Labels the node with its own `cores`; None removes the label (the machine's CPUs again)."""
+    api.merge_patch("Node", name, {"metadata": {"labels": {CPUS_LABEL: None if cores is None else f"{cores:g}"}}})
 
 
 def set_slow(api: ApiClient, name: str, fraction: float | None) -> None:

@@ -8,6 +8,9 @@ resumed when the label goes, a container's before the agent signals it (DutyCycl
 the executor calls before every signal it sends), and everything when the agent stops. Each
 slowed pod says so: annotation `kubetest2-training.local/slowed-by: <fraction>` and a `Slowed`
 event (`SlowedEnded` when the label goes), so artifacts tell injected slowness from a real one.
+
+The same informer follows the nodes' own CPUs (`kubetest2-training.local/cpus`, node_cpus.py), and
+the same record marks each limited pod (`cpus-limited-to`, `CpusLimited` / `CpusLimitEnded`).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
-from .annotations import SLOWED_ANNOTATION
+from .annotations import CPUS_ANNOTATION, SLOWED_ANNOTATION
 from .api import ApiClient, ApiError
 from .executor import PodRun
-from .nodes import SLOW_LABEL, slow_fraction
+from .node_cpus import CgroupUnavailable, NodeCpus, parse_cores
+from .nodes import CPUS_LABEL, SLOW_LABEL, node_cpus, slow_fraction
 from .pod_status import agent_log
 from .sessions import members_of_sessions, signal_process
 
@@ -123,28 +128,56 @@ class DutyCycler:
             return resume_schedule(self.fractions, self.period_s)
 
 
-class SlowNodes:
-    """The node agent's side: follows the nodes' slow label into the cycler and records the
-    slowness on every pod it affects. `runs_on(node)` lists the node's pods run for real."""
+@dataclass(frozen=True)
+class PodMark:
+    """How a pod records what its node does to it: an annotation with the value (kept once the
+    label goes: the run was affected) and an event when it starts and when it ends."""
 
-    def __init__(self, api: ApiClient, runs_on: Callable[[str], list[PodRun]]) -> None:
+    annotation: str
+    started: str
+    ended: str
+    describe: Callable[[str, float], str]  # (node, value) -> the started event's message
+    label: str
+
+    def ended_message(self, node: str) -> str:
+        return f"Node {node} is no longer labelled {self.label}: the pod's processes run as before"
+
+
+SLOWED = PodMark(SLOWED_ANNOTATION, "Slowed", "SlowedEnded", lambda node, fraction: (
+    f"Injected slowness: node {node} is labelled {SLOW_LABEL}={fraction}; the node agent stops every process of "
+    f"this pod {fraction:.0%} of every {PERIOD_S * 1000:.0f} ms (SIGSTOP/SIGCONT)"), SLOW_LABEL)
+CPUS_LIMITED = PodMark(CPUS_ANNOTATION, "CpusLimited", "CpusLimitEnded", lambda node, cores: (
+    f"Node {node} is labelled {CPUS_LABEL}={cores:g}: the node agent runs this pod's processes in the node's cgroup, "
+    f"limited to {cores:g} of the machine's cores (CFS quota), as a node with its own CPUs"), CPUS_LABEL)
+
+
+class SlowNodes:
+    """The node agent's side: follows the nodes' slow label into the cycler and their cpus label
+    into `cpus` (when given), and records both on every pod they affect. `runs_on(node)` lists the
+    node's pods run for real."""
+
+    def __init__(self, api: ApiClient, runs_on: Callable[[str], list[PodRun]],
+                 cpus: Callable[[Callable[[str], list[int]], Callable[[str, float | None], None]], NodeCpus]
+                 | None = None) -> None:
         self.api = api
         self.runs_on = runs_on
         self.cycler = DutyCycler(self.sessions_on)
-        # pod uid -> the fraction last recorded on it (an event per change, not per node update).
-        self.recorded: dict[str, float | None] = {}
+        self.cpus = cpus(self.sessions_on, self.cpus_changed) if cpus is not None else None
+        # (pod uid, mark annotation) -> the value last recorded on it (an event per change, not per node update).
+        self.recorded: dict[tuple[str, str], float | None] = {}
         self.recorded_lock = threading.Lock()
 
     def sessions_on(self, node: str) -> list[int]:
         """Container sessions to slow: those of pods not stopping (a stopping pod's are released)."""
         return [session for run in self.runs_on(node) if not run.stopping.is_set() for session in run.sessions()]
 
-    # ---- the nodes' label (an informer's callbacks) ---------------------------------------------------
+    # ---- the nodes' labels (an informer's callbacks) ------------------------------------------------
 
     def on_list(self, nodes: list[dict[str, Any]]) -> None:
         listed = {node["metadata"]["name"] for node in nodes}
-        for gone in set(self.cycler.slow_nodes()) - listed:
-            self.node_changed(gone, None)
+        limited = set(self.cpus.limits) if self.cpus is not None else set()
+        for gone in (set(self.cycler.slow_nodes()) | limited) - listed:
+            self.on_event("DELETED", {"metadata": {"name": gone}})
         for node in nodes:
             self.on_event("ADDED", node)
 
@@ -156,6 +189,19 @@ class SlowNodes:
             agent_log(f"node {name}: ignoring its label: {error}")
             fraction = None
         self.node_changed(name, fraction)
+        if self.cpus is not None:
+            self.cpus_label(name, None if event_type == "DELETED" else node_cpus(node))
+
+    def cpus_label(self, node: str, value: str | None) -> None:
+        """Gives the node the cores its label names; a malformed label, or a machine that cannot
+        (no root, no cgroup cpu controller), is logged and leaves the node as it is."""
+        assert self.cpus is not None
+        try:
+            self.cpus.set_limit(node, None if value is None else parse_cores(value))
+        except ValueError as error:
+            agent_log(f"node {node}: ignoring its label: {error}")
+        except (CgroupUnavailable, OSError) as error:
+            agent_log(f"node {node}: cannot limit its CPUs: {error}")
 
     def node_changed(self, node: str, fraction: float | None) -> None:
         if self.cycler.set_fraction(node, fraction) == fraction:
@@ -163,37 +209,42 @@ class SlowNodes:
         agent_log(f"node {node}: " + (f"slowed: its pods' processes stopped {fraction:.0%} of every "
                                       f"{PERIOD_S * 1000:.0f} ms" if fraction else "full speed"))
         for run in self.runs_on(node):
-            self.record(run, fraction)
+            self.record(run, SLOWED, fraction)
+
+    def cpus_changed(self, node: str, cores: float | None) -> None:
+        agent_log(f"node {node}: " + (f"its pods' processes limited to {cores:g} cores" if cores else "CPUs unlimited"))
+        for run in self.runs_on(node):
+            self.record(run, CPUS_LIMITED, cores)
 
     # ---- the pods' record ---------------------------------------------------------------------------
 
     def pod_started(self, run: PodRun) -> None:
-        """A pod starting on a node already slow is slowed too: say so on it."""
+        """A pod starting on a node already slow or limited is affected too: say so on it."""
         fraction = self.cycler.fraction(run.node)
         if fraction is not None:
-            self.record(run, fraction)
+            self.record(run, SLOWED, fraction)
+        cores = self.cpus.limit(run.node) if self.cpus is not None else None
+        if cores is not None:
+            self.record(run, CPUS_LIMITED, cores)
 
-    def record(self, run: PodRun, fraction: float | None) -> None:
-        """Annotation (the last fraction applied: kept when the label goes, the run was slowed) and
-        an event per change."""
+    def record(self, run: PodRun, mark: PodMark, value: float | None) -> None:
+        """The mark's annotation (the last value applied) and an event per change."""
+        key = (run.uid, mark.annotation)
         with self.recorded_lock:
-            if run.finished.is_set() or self.recorded.get(run.uid) == fraction:
+            if run.finished.is_set() or self.recorded.get(key) == value:
                 return
-            self.recorded[run.uid] = fraction
-        if fraction is None:
-            run.reporter.event("Normal", "SlowedEnded", None, f"Node {run.node} is no longer labelled {SLOW_LABEL}: "
-                               "the pod's processes run at full speed again")
+            self.recorded[key] = value
+        if value is None:
+            run.reporter.event("Normal", mark.ended, None, mark.ended_message(run.node))
             return
         try:
-            self.api.merge_patch("Pod", run.name, {"metadata": {"annotations": {SLOWED_ANNOTATION: str(fraction)}}},
+            self.api.merge_patch("Pod", run.name, {"metadata": {"annotations": {mark.annotation: f"{value:g}"}}},
                                  run.namespace)
         except (ApiError, OSError) as error:
-            agent_log(f"pod {run.namespace}/{run.name}: annotating its slowness: {error}")
-        run.reporter.event("Normal", "Slowed", None,
-                           f"Injected slowness: node {run.node} is labelled {SLOW_LABEL}={fraction}; the node agent "
-                           f"stops every process of this pod {fraction:.0%} of every {PERIOD_S * 1000:.0f} ms "
-                           "(SIGSTOP/SIGCONT)")
+            agent_log(f"pod {run.namespace}/{run.name}: annotating it ({mark.annotation}): {error}")
+        run.reporter.event("Normal", mark.started, None, mark.describe(run.node, value))
 
     def forget(self, uid: str) -> None:
         with self.recorded_lock:
-            self.recorded.pop(uid, None)
+            for key in [key for key in self.recorded if key[0] == uid]:
+                del self.recorded[key]

@@ -101,6 +101,10 @@ class LocalCluster:
         """Slows a node's pods down by `fraction` (`hack/local-cluster node-slow`), None: full speed."""
         run_local_cluster("node-slow", node, "off" if fraction is None else str(fraction))
 
+    def set_node_cpus(self, node: str, cores: float | None) -> None:
+        """Gives a node's pods `cores` of the machine's (`hack/local-cluster node-cpus`), None: all."""
+        run_local_cluster("node-cpus", node, "off" if cores is None else str(cores))
+
 
 HACK_IMAGES = REPO / "hack" / "images"
 

@@ -245,3 +245,43 @@ def test_a_pod_starting_on_a_slow_node_is_recorded_and_a_malformed_label_ignored
     assert [reason for reason, _ in late.events] == ["Slowed"] and elsewhere.events == []
     slow.on_event("DELETED", node_object("n1", "0.25"))
     assert slow.cycler.slow_nodes() == []
+
+
+class FakeCpus:
+    """Stands in for NodeCpus: records the limits, and reports each change back as it does."""
+
+    def __init__(self, sessions_on, on_change) -> None:
+        self.limits: dict[str, float] = {}
+        self.on_change = on_change
+
+    def limit(self, node: str) -> float | None:
+        return self.limits.get(node)
+
+    def set_limit(self, node: str, cores: float | None) -> None:
+        if self.limits.get(node) == cores:
+            return
+        if cores is None:
+            self.limits.pop(node, None)
+        else:
+            self.limits[node] = cores
+        self.on_change(node, cores)
+
+
+def test_the_cpus_label_limits_the_node_and_its_pods_say_so_and_a_malformed_one_is_ignored():
+    api, runs = RecordingApi(), [fake_run("p", "n1")]
+    slow = SlowNodes(api, lambda node: [r for r in runs if r.node == node], FakeCpus)
+    labelled = {"metadata": {"name": "n1", "labels": {"kubetest2-training.local/cpus": "0.4"}}}
+    slow.on_list([labelled, node_object("n2", None)])
+    assert slow.cpus.limits == {"n1": 0.4}
+    assert api.patches == [("Pod", "p", {"metadata": {"annotations": {
+        "kubetest2-training.local/cpus-limited-to": "0.4"}}}, "ns")]
+    assert [reason for reason, _ in runs[0].events] == ["CpusLimited"] and "0.4" in runs[0].events[0][1]
+    late = fake_run("late", "n1")
+    runs.append(late)
+    slow.pod_started(late)
+    assert [reason for reason, _ in late.events] == ["CpusLimited"]
+    slow.on_event("MODIFIED", {"metadata": {"name": "n2", "labels": {"kubetest2-training.local/cpus": "lots"}}})
+    assert slow.cpus.limits == {"n1": 0.4}
+    slow.on_list([node_object("n2", None)])  # n1 gone: its limit goes with it
+    assert slow.cpus.limits == {}
+    assert [reason for reason, _ in runs[0].events] == ["CpusLimited", "CpusLimitEnded"]

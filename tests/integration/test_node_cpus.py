@@ -1,0 +1,77 @@
+"""A node's own CPUs (`hack/local-cluster node-cpus`): the node agent runs the processes of the pods
+on a node labelled `kubetest2-training.local/cpus=<cores>` in a cgroup of the node's with that CFS
+quota, so a busy pod there gets that share of a core whatever runs beside it, and a pod on an
+unlimited node does not (hack/local_cluster/node_cpus.py). Needs root and a cgroup cpu controller.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import LOCAL_CLUSTER, LocalCluster, watch_pods
+from .test_pod_execution import terminated
+from .test_slow_node import pinned_pod
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="a node's own CPUs are cgroups: root only")]
+
+LIMITED, UNLIMITED = "kwok-cpu-1", "kwok-cpu-0"
+CORES = 0.25
+# Busy for 3 s; the share of a core it got over the last 2 (the agent's sweep moves a container's
+# first process into the node's cgroup within 0.25 s) and the cgroup it ended in.
+BUSY = ("import time\n"
+        "end = time.monotonic() + 3\n"
+        "while time.monotonic() < end - 2: pass\n"
+        "wall, cpu = time.monotonic(), time.process_time()\n"
+        "while time.monotonic() < end: pass\n"
+        "print('share', (time.process_time() - cpu) / (time.monotonic() - wall))\n"
+        "print('cgroups', [line.strip() for line in open('/proc/self/cgroup')])\n")
+
+
+@pytest.fixture
+def limited_cluster(default_nodes: LocalCluster) -> Iterator[LocalCluster]:
+    default_nodes.set_node_cpus(LIMITED, CORES)
+    try:
+        yield default_nodes
+    finally:
+        default_nodes.set_node_cpus(LIMITED, None)
+
+
+def busy_pod(cluster: LocalCluster, namespace: str, node: str) -> tuple[float, list[str], dict[str, str], list[str]]:
+    """A busy pod on the node: its share of a core, its cgroups, its annotations and event reasons."""
+    name = f"busy-{node}"
+    cluster.core.create_namespaced_pod(namespace, pinned_pod(name, node, ["python", "-c", BUSY]))
+    done = watch_pods(cluster.core, namespace, lambda p: p.metadata.name == name and terminated(p), 120,
+                      f"{name} to finish")
+    assert done.status.phase == "Succeeded", done.status
+    log = cluster.core.read_namespaced_pod_log(name, namespace)
+    share = float(re.search(r"^share (\S+)$", log, re.M).group(1))
+    cgroups = ast.literal_eval(re.search(r"^cgroups (.+)$", log, re.M).group(1))
+    events = cluster.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return share, cgroups, dict(done.metadata.annotations or {}), [e.reason for e in events]
+
+
+def test_a_pod_on_a_node_with_its_own_cpus_gets_that_share_and_says_so(limited_cluster: LocalCluster, namespace: str):
+    share, cgroups, annotations, reasons = busy_pod(limited_cluster, namespace, LIMITED)
+    # CFS allows a period's quota at most: the share is CORES, a little under on a busy machine.
+    assert 0.5 * CORES < share <= CORES * 1.1, (share, cgroups)
+    assert any(re.search(rf"cpu.*:/kt2t-[0-9a-f]{{8}}-nodes/{LIMITED}$", line) for line in cgroups), cgroups
+    assert annotations.get("kubetest2-training.local/cpus-limited-to") == f"{CORES:g}", annotations
+    assert "CpusLimited" in reasons, reasons
+    free_share, free_cgroups, free_annotations, _ = busy_pod(limited_cluster, namespace, UNLIMITED)
+    assert free_share > 2 * CORES, (free_share, free_cgroups)
+    assert not any("-nodes/" in line for line in free_cgroups), free_cgroups
+    assert "kubetest2-training.local/cpus-limited-to" not in free_annotations
+
+
+def test_node_cpus_refuses_what_is_not_a_number_of_cores(default_nodes: LocalCluster):
+    refused = subprocess.run([str(LOCAL_CLUSTER), "node-cpus", LIMITED, "0.01"], capture_output=True, text=True,
+                             check=False, timeout=60)
+    assert refused.returncode == 2, refused
+    assert "'0.01' is not a number of cores of at least 0.1" in refused.stderr and "or `off`" in refused.stderr
