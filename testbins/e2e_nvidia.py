@@ -458,11 +458,19 @@ def test_gpu_capacity(t: TestContext) -> None:
     record_verdict(t, Verdict([check_gpus_seen(seen, t.topology.gpus_per_node)]))
 
 
+PAIR_SECONDS = 3
+PAIR_BYTES = "16M"
+
+
 def pair_workload(t: TestContext, job_name: str, nodes: Group) -> Workload:
     """One group's all-reduce: nccl-tests all_reduce_perf on GPUs (MPIJob), the project's
     workloads.allreduce on CPU (torchrun, gloo), on exactly these nodes."""
     if t.cfg.accelerator == "cpu":
-        return Workload(job_name, "workloads.allreduce", ("--size", "tiny"), on_nodes=nodes)
+        # One size, timed for PAIR_SECONDS: a pair's window spans many of a time-shared CPU's
+        # periods (and a slowed node's stops), where tiny's 5 iterations of a millisecond fall between.
+        # 16 MiB fills the loopback socket buffers, so a stopped node holds its partner up too.
+        args = ("--size", "tiny", "-b", PAIR_BYTES, "-e", PAIR_BYTES, "--seconds", str(PAIR_SECONDS))
+        return Workload(job_name, "workloads.allreduce", args, on_nodes=nodes)
     return Workload(job_name, binary=f"{NCCL_TESTS_DIR}/all_reduce_perf",
                     args=("-b", "8", "-e", "1G", "-f", "2", "-c", "1", "-n", "10"), image=t.cfg.nccl_tests_image,
                     launcher="mpi", on_nodes=nodes, extra_env={"NCCL_DEBUG": "WARN"})

@@ -10,6 +10,7 @@ Run: torchrun --nproc_per_node=N -m workloads.allreduce --max-bytes 1G
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -52,6 +53,7 @@ class Row:
     algbw: float
     busbw: float
     wrong: int
+    iters: int = 0  # how many were timed (more than -n with --seconds)
 
     def format(self) -> str:
         return (
@@ -65,13 +67,8 @@ def bus_factor(world_size: int) -> float:
     return 2 * (world_size - 1) / world_size
 
 
-def measure(size: int, iters: int, warmup: int, session: Session) -> Row:
-    device, world = session.device, session.env.world_size
-    count = max(1, size // ELEMENT_BYTES)
-    buf = torch.ones(count, dtype=torch.float32, device=device)
-    for _ in range(warmup):
-        dist.all_reduce(buf)
-    dist.barrier()
+def timed(buf: torch.Tensor, iters: int, device: torch.device) -> float:
+    """Seconds for `iters` all-reduces back to back."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -79,7 +76,35 @@ def measure(size: int, iters: int, warmup: int, session: Session) -> Row:
         dist.all_reduce(buf)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    elapsed = (time.perf_counter() - start) / iters
+    return time.perf_counter() - start
+
+
+def iterations_for(seconds: float, buf: torch.Tensor, iters: int, device: torch.device) -> int:
+    """How many iterations fill `seconds`: timed runs of doubling length until one takes a quarter
+    of it (the first iterations after the warm-up are slower). Every rank takes the slowest rank's
+    time at each round, so all run the same number of collectives."""
+    count = iters
+    while True:
+        took = torch.tensor([timed(buf, count, device)], dtype=torch.float64, device=device)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        if float(took.item()) >= seconds / 4:
+            return max(iters, math.ceil(seconds / float(took.item()) * count))
+        count *= 2
+
+
+def measure(size: int, iters: int, warmup: int, session: Session, seconds: float = 0.0) -> Row:
+    """One row: the mean time of `iters` all-reduces of `size` bytes, or of as many as fill
+    `seconds` (--seconds: a window much longer than a throttled or duty-cycled CPU's period, which
+    a few iterations of a millisecond would fall between)."""
+    device, world = session.device, session.env.world_size
+    count = max(1, size // ELEMENT_BYTES)
+    buf = torch.ones(count, dtype=torch.float32, device=device)
+    for _ in range(warmup):
+        dist.all_reduce(buf)
+    if seconds > 0:
+        iters = iterations_for(seconds, buf, iters, device)
+    dist.barrier()
+    elapsed = timed(buf, iters, device) / iters
     # nccl-tests reports the mean over ranks; every rank then prints the same row.
     mean = torch.tensor([elapsed], dtype=torch.float64, device=device)
     dist.all_reduce(mean)
@@ -91,7 +116,7 @@ def measure(size: int, iters: int, warmup: int, session: Session) -> Row:
     expected = world * (world + 1) / 2
     wrong = int((buf != expected).sum().item())
     algbw = count * ELEMENT_BYTES / seconds / 1e9
-    return Row(count * ELEMENT_BYTES, count, seconds * 1e6, algbw, algbw * bus_factor(world), wrong)
+    return Row(count * ELEMENT_BYTES, count, seconds * 1e6, algbw, algbw * bus_factor(world), wrong, iters)
 
 
 def min_bw_from_env() -> float | None:
@@ -112,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-f", "--step-factor", type=int, default=2)
     parser.add_argument("-n", "--iters", type=int, help="timed iterations per size")
     parser.add_argument("-w", "--warmup-iters", type=int, help="untimed iterations per size")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="time each size for at least this long (more iterations than -n when they are short)")
     args = parser.parse_args(argv)
     max_bytes, iters, warmup = SIZE_DEFAULTS[args.size]
     args.max_bytes = args.max_bytes or max_bytes
@@ -121,6 +148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--step-factor must be at least 2")
     if args.min_bytes > args.max_bytes:
         parser.error("--min-bytes must not exceed --max-bytes")
+    if not args.seconds >= 0:
+        parser.error(f"--seconds must be 0 or more, got {args.seconds}")
     args.min_bw = min_bw_from_env()  # before any collective: a typo fails fast, on every rank alike
     return args
 
@@ -156,9 +185,10 @@ def sweep(args: argparse.Namespace, session: Session, reporter: Reporter) -> int
         say(HEADER)
     rows: list[Row] = []
     for index, size in enumerate(sizes):
-        row = measure(size, args.iters, args.warmup_iters, session)
+        row = measure(size, args.iters, args.warmup_iters, session, args.seconds)
         rows.append(row)
-        reporter.step(index, ms=row.time_us / 1000, bytes=row.size, algbw=row.algbw, busbw=row.busbw, wrong=row.wrong)
+        reporter.step(index, ms=row.time_us / 1000, bytes=row.size, algbw=row.algbw, busbw=row.busbw, wrong=row.wrong,
+                      iters=row.iters)
         if session.is_main:
             say(row.format())
     wrong = sum(row.wrong for row in rows)

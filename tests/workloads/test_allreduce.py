@@ -43,3 +43,14 @@ def test_allreduce_fails_below_min_bw(torchrun):
     run = torchrun("allreduce", "--size", "tiny", "--max-bytes", "1K", env={"NCCL_TESTS_MIN_BW": "100000"})
     assert run.returncode != 0
     assert "below 0.9 x NCCL_TESTS_MIN_BW=100000" in run.stderr
+
+
+@pytest.mark.timeout(180)
+def test_allreduce_seconds_times_each_size_for_that_long_on_every_rank_alike(torchrun):
+    run = torchrun("allreduce", "--size", "tiny", "-b", "64K", "-e", "64K", "--seconds", "1")
+    assert run.returncode == 0, run.explain()
+    [(_, first), (_, second)] = sorted(run.steps.items())
+    [one], [other] = first, second
+    assert one["iters"] == other["iters"] > 5  # more than tiny's -n, the same count on both ranks
+    # The mean time x the count: about a second (estimated from a shorter run, so not to the ms).
+    assert one["iters"] * one["ms"] >= 600, (one["iters"], one["ms"])
