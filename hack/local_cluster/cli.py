@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,31 +61,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     slow = commands.add_parser("node-slow", help="slow a node's pods down: the node agent stops their processes "
                                                  "FRACTION of every 100 ms (SIGSTOP/SIGCONT); `off` ends it")
     slow.add_argument("node")
-    slow.add_argument("fraction", type=slow_fraction_argument,
+    slow.add_argument("fraction", type=off_or(nodes.parse_slow_fraction),
                       help="share of each period stopped, strictly between 0 and 1 (0.5 halves the speed), or off")
     cpus = commands.add_parser("node-cpus", help="give a node's pods their own share of this machine's cores: the node "
                                                  "agent runs them in a cgroup with that CFS quota; `off` ends it")
     cpus.add_argument("node")
-    cpus.add_argument("cores", type=cores_argument, help="cores (0.4 is 40%% of one core, 2 two cores), or off")
+    cpus.add_argument("cores", type=off_or(node_cpus.parse_cores),
+                      help="cores (0.4 is 40%% of one core, 2 two cores), or off")
     return parser.parse_args(argv)
 
 
-def cores_argument(text: str) -> float | None:
-    if text == "off":
-        return None
-    try:
-        return node_cpus.parse_cores(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{error}; or `off`") from None
+def off_or(parse: Callable[[str], float]) -> Callable[[str], float | None]:
+    """An argument that is `off` (None) or what `parse` makes of it; its ValueError, as argparse's error."""
 
+    def argument(text: str) -> float | None:
+        if text == "off":
+            return None
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{error}; or `off`") from None
 
-def slow_fraction_argument(text: str) -> float | None:
-    if text == "off":
-        return None
-    try:
-        return nodes.parse_slow_fraction(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{error}; or `off`") from None
+    return argument
 
 
 def add_node_options(parser: argparse.ArgumentParser, required: bool) -> None:

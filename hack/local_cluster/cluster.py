@@ -76,7 +76,11 @@ class LocalCluster:
         return Pki(self.settings.pki_dir)
 
     def api(self) -> ApiClient:
+        """A client of this cluster's API server; ClusterError when the cluster was never started."""
         pki = self.pki
+        if not pki.ca_cert.exists():
+            raise ClusterError(f"the local cluster is not up (no {pki.ca_cert}): run `hack/local-cluster up` first, "
+                               f"with the same KT2T_STATE ({self.settings.state_dir})")
         return ApiClient(self.settings.apiserver_url, pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
 
     def real_nodes(self) -> RealNodes:
