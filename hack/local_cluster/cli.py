@@ -176,16 +176,16 @@ def node_cores(api: ApiClient, node: str, cores: float | None, settings: Setting
     try:
         hierarchy = node_cpus.CpuHierarchy.find()
     except node_cpus.CgroupUnavailable as error:
-        print(f"local-cluster: node-cpus: {error}", file=sys.stderr)
-        return 1
+        raise ClusterError(str(error)) from None
     labels = api.get("Node", node)["metadata"].get("labels") or {}
     if labels.get(KWOK_NODE_LABEL) != KWOK_NODE_LABEL_VALUE:
-        print(f"local-cluster: node-cpus: {node} is not a host-process (kwok) node: its kubelet runs its pods, with "
-              "its own CPU limits; node-cpus applies to the nodes the node agent runs pods for", file=sys.stderr)
-        return 1
+        raise ClusterError(f"{node} is not a host-process (kwok) node: its kubelet runs its pods, with its own CPU "
+                           "limits; node-cpus applies to the nodes the node agent runs pods for")
     nodes.set_cpus(api, node, cores)
     folder = hierarchy.root / node_cpus.cgroup_parent(settings.state_dir) / node
-    wait_until(lambda: hierarchy.quota_cores(folder) == cores, settings.wait_timeout_s,
+    # What the cgroup holds once applied: the quota is whole microseconds, so compare with that.
+    applied = None if cores is None else node_cpus.quota_us(cores) / node_cpus.PERIOD_US
+    wait_until(lambda: hierarchy.quota_cores(folder) == applied, settings.wait_timeout_s,
                f"the node agent to limit node {node} to {cores if cores is not None else 'all'} cores ({folder})")
     progress(f"node {node}: " + (f"its pods get {cores:g} of this machine's cores" if cores else "all cores"))
     return 0

@@ -51,6 +51,11 @@ def parse_cores(text: str) -> float:
     return cores
 
 
+def quota_us(cores: float) -> int:
+    """The CFS quota per PERIOD_US that gives `cores`: what the cgroup holds once a limit is applied."""
+    return round(cores * PERIOD_US)
+
+
 class CgroupUnavailable(OSError):
     """This machine (or this user) cannot give a node its own CPUs; the message says why."""
 
@@ -90,7 +95,7 @@ class CpuHierarchy:
 
     def set_quota(self, folder: Path, cores: float | None) -> None:
         """cores x the period per period; None lifts the quota."""
-        quota = round(cores * PERIOD_US) if cores is not None else None
+        quota = quota_us(cores) if cores is not None else None
         if self.v2:
             _write(folder / "cpu.max", f"{quota if quota is not None else 'max'} {PERIOD_US}")
         else:
@@ -214,14 +219,18 @@ class NodeCpus:
         with self.lock:
             limited = {node: self.folders[node] for node in self.limits}
             lifted = [node for node in self.folders if node not in self.limits]
-        for node, folder in limited.items():
-            inside = CpuHierarchy.pids(folder)
-            for pid in self.members(self.sessions_on(node)):
-                if pid not in inside:
+        # One /proc scan for every limited node's containers (as DutyCycler does), none without any.
+        folder_of_session = {session: folder for node, folder in limited.items() for session in self.sessions_on(node)}
+        if folder_of_session:
+            inside = {folder: CpuHierarchy.pids(folder) for folder in set(folder_of_session.values())}
+            for pid, session in self.members(folder_of_session.keys()).items():
+                folder = folder_of_session[session]
+                if pid not in inside[folder]:
                     CpuHierarchy.join(folder, pid)
         for node in lifted:
-            with self.lock:
-                if node not in self.limits and CpuHierarchy.remove(self.folders[node]):
+            with self.lock:  # the agent's sweep thread and set_limit may both sweep: one removes it
+                folder = self.folders.get(node)
+                if folder is not None and node not in self.limits and CpuHierarchy.remove(folder):
                     del self.folders[node]
 
     def start(self) -> None:

@@ -174,7 +174,8 @@ def node_cpus(node: dict[str, Any]) -> str | None:
 
 def set_cpus(api: ApiClient, name: str, cores: float | None) -> None:
     """Labels the node with its own `cores`; None removes the label (the machine's CPUs again)."""
-    api.merge_patch("Node", name, {"metadata": {"labels": {CPUS_LABEL: None if cores is None else f"{cores:g}"}}})
+    value = None if cores is None else str(cores)  # str: round-trips exactly, as set_slow's
+    api.merge_patch("Node", name, {"metadata": {"labels": {CPUS_LABEL: value}}})
 
 
 def set_slow(api: ApiClient, name: str, fraction: float | None) -> None:

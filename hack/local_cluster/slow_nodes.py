@@ -238,7 +238,7 @@ class SlowNodes:
             run.reporter.event("Normal", mark.ended, None, mark.ended_message(run.node))
             return
         try:
-            self.api.merge_patch("Pod", run.name, {"metadata": {"annotations": {mark.annotation: f"{value:g}"}}},
+            self.api.merge_patch("Pod", run.name, {"metadata": {"annotations": {mark.annotation: str(value)}}},
                                  run.namespace)
         except (ApiError, OSError) as error:
             agent_log(f"pod {run.namespace}/{run.name}: annotating it ({mark.annotation}): {error}")
