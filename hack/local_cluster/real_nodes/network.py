@@ -68,6 +68,7 @@ def ensure_node_network(node: NodeLayout) -> None:
         return
     ip("netns", "add", ns)
     ip("-n", ns, "link", "set", "lo", "up")
+    delete_stale_link(cluster_ns, node.veth)
     ip("-n", cluster_ns, "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
     ip("-n", cluster_ns, "link", "set", node.veth, "master", BRIDGE, "up")
     ip("-n", ns, "addr", "add", f"{node.ip}/24", "dev", "eth0")
@@ -78,6 +79,19 @@ def ensure_node_network(node: NodeLayout) -> None:
     ip("-n", ns, "route", "add", SERVICE_CIDR, "via", GATEWAY_IP)
     ip("-n", cluster_ns, "route", "replace", node.pod_cidr, "via", node.ip)
     sysctl_in(ns, "net.ipv4.ip_forward", "1")
+
+
+def delete_stale_link(netns: str, link: str) -> None:
+    """Deletes `link` in `netns` if it is there: the veth of a node namespace deleted a moment ago.
+
+    `ip netns delete` only removes the name; the kernel destroys the namespace later, in a work
+    queue, once its last reference is gone, and the veth pair goes with it. A node made again at
+    once (`up` after a crash) found its old veth still on the bridge ("RTNETLINK answers: File
+    exists"). Deleting one end of a veth pair deletes both.
+    """
+    if ip("-n", netns, "link", "show", link, check=False):
+        # Gone meanwhile, with its namespace, is as good: `link add` says so if it is still there.
+        ip("-n", netns, "link", "delete", link, check=False)
 
 
 def delete_namespace(name: str) -> None:
@@ -106,4 +120,5 @@ def cluster_namespaces(layout: ClusterLayout) -> list[str]:
 
 
 __all__ = ["CLUSTER_NET_CIDR", "NetworkError", "cluster_namespaces", "delete_namespace",
-           "ensure_cluster_network", "ensure_node_network", "namespaces", "remove_netns_dir_if_made"]
+           "delete_stale_link", "ensure_cluster_network", "ensure_node_network", "namespaces",
+           "remove_netns_dir_if_made"]
