@@ -11,6 +11,8 @@ from browser.chromium import REFUSING_PROXY, Chromium, find_chromium
 
 # The page checks shared by the browser and integration tests: their asserts explain themselves too.
 pytest.register_assert_rewrite("report_in_browser")
+# The presubmit and full tiers, opt-in tests, the root-only skip guard and the durations record.
+pytest_plugins = ["tiers"]
 
 REPO = Path(__file__).resolve().parent.parent
 # Upstream logs the tests read, kept in the repository (tests/fixtures/README.md says where from).

@@ -104,7 +104,8 @@ def metrics(lines: list[str]) -> dict[str, Any]:
     return dict(json.loads(line.removeprefix("KT2T_METRICS ")))
 
 
-@pytest.mark.parametrize("slots", [1, 2])
+# Two ranks per worker in every pass (-map-by slot across workers and within one); one per worker: full tier.
+@pytest.mark.parametrize("slots", [pytest.param(1, marks=pytest.mark.full), 2])
 def test_mpijob_trains_through_mpirun_in_the_worker_pods(cluster: LocalCluster, namespace: str, slots: int):
     name = f"ar-{slots}slot"
     create(cluster, namespace, mpijob(name, slots, ALL_REDUCE, backoff_limit=3))

@@ -76,6 +76,9 @@ def running_shell(cluster: LocalCluster, namespace: str, name: str, grace_s: int
     return int(re.search(r"shell (\d+)", log).group(1))
 
 
+# A speed ratio between two nodes sharing 2 cores with the rest of a CI pass: the full tier's.
+@pytest.mark.speed
+@pytest.mark.full
 def test_a_pod_on_a_slow_node_runs_slower_until_the_label_goes(slow_cluster: LocalCluster, namespace: str):
     # Stopped 75% of the time: about 4x the wall time on a quiet machine. At 0.5 (about 2x), a CI run
     # in which something else took a core measured only 1.44x (4.51 s against 3.14 s).

@@ -84,6 +84,10 @@ def test_a_real_run_is_labelled_real_and_judged_on_its_probe(cluster: LocalClust
     assert again.returncode == 0, again.stdout + again.stderr
 
 
+# A live straggler judgement on 2 shared cores: the full tier's (the canned GPU runs of
+# test_gpu_judgements.py and test_kubetest2.py name a slow node in every pass).
+@pytest.mark.speed
+@pytest.mark.full
 def test_a_slow_node_is_named_by_the_straggler_verdict(default_nodes: LocalCluster, tmp_path: Path,
                                                        browser: Chromium, screenshots: Path):
     artifacts = tmp_path / "artifacts"

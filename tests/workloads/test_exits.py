@@ -95,6 +95,8 @@ def describe_failures(results: list[dict], out: Path) -> str:
     return "\n".join(lines)
 
 
+# The repeat runs are the full tier's (hack/test --full): 300 real runs, 8-12 minutes on 2 cores.
+@pytest.mark.full
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("workload", sorted(TINY_RUNS))
 def test_every_run_exits_cleanly(workload, tmp_path):
@@ -104,6 +106,7 @@ def test_every_run_exits_cleanly(workload, tmp_path):
     assert not failed, f"{len(failed)} of {RUNS} runs failed:\n{describe_failures(results, tmp_path)}"
 
 
+@pytest.mark.full
 @pytest.mark.timeout(600)
 def test_every_elastic_restart_exits_cleanly(tmp_path):
     results = repeat("nanogpt", ELASTIC_RUN, tmp_path, "--elastic")
