@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from polling import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
@@ -177,6 +178,9 @@ def test_real_process_is_stopped_most_of_the_time_and_stop_leaves_it_running(sle
     cycler.set_fraction("slow", 0.9)
     cycler.start()
     try:
+        # Sampled once the cycler's thread runs: on a loaded host its start alone can take a good
+        # part of the 0.4 s sampled, which then counts as "not stopped".
+        wait_for(lambda: process_state(sleeper.pid) == "T", 30, "the cycler to stop the process once")
         states = []
         for _ in range(40):  # 0.4 s: four periods, sampled every 10 ms
             states.append(process_state(sleeper.pid))
