@@ -8,6 +8,7 @@ test_pod_execution.py).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import re
@@ -278,10 +279,22 @@ def test_mpijob_runs_to_success_through_mpi_operator(cluster: LocalCluster, name
 def test_up_again_is_fast_and_changes_nothing(cluster: LocalCluster):
     before = run_local_cluster("status")
     started = time.monotonic()
-    kubeconfig = run_local_cluster("up").strip().splitlines()[-1]
-    assert time.monotonic() - started < 15
-    assert Path(kubeconfig) == cluster.kubeconfig
+    again = subprocess.run([str(LOCAL_CLUSTER), "up"], capture_output=True, text=True, timeout=600, check=False)
+    took = time.monotonic() - started
+    assert again.returncode == 0, again.stderr
+    assert Path(again.stdout.strip().splitlines()[-1]) == cluster.kubeconfig
     assert run_local_cluster("status") == before
+    # Fast because it does nothing (hack/README.md: it only checks health, nodes and the default
+    # ServiceAccount): every component found running, none started or restarted, no CRD applied
+    # again (that took most of an `up`: ~80 s at load 12), no node made.
+    progress = again.stderr
+    assert "started (pid" not in progress and "restarting" not in progress, progress
+    assert "CRD " not in progress and "created " not in progress, progress
+    components = list(itertools.takewhile(lambda row: not row.startswith("state: "), before.splitlines()[1:]))
+    assert progress.count(": running (pid") == len(components), (components, progress)
+    # And its time, with room: 1.3 s quiet, about 8 s at load 12 (hack/README.md). 15 s broke on
+    # the CI's 2 loaded cores; 60 s is 7x the loaded figure and under the CRD re-apply it guards.
+    assert took < 60, f"took {took:.0f}s:\n{progress}"
 
 
 def listening_addresses(pids: set[int]) -> set[str]:

@@ -10,9 +10,15 @@ import ast
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from local_cluster.node_cpus import CpuHierarchy
 
 from .conftest import LOCAL_CLUSTER, LocalCluster, watch_pods
 from .test_pod_execution import terminated
@@ -57,15 +63,33 @@ def busy_pod(cluster: LocalCluster, namespace: str, node: str) -> tuple[float, l
     return share, cgroups, dict(done.metadata.annotations or {}), [e.reason for e in events]
 
 
+def cpu_cgroup(cgroups: list[str]) -> tuple[CpuHierarchy, Path]:
+    """The machine's cpu hierarchy and the folder of the cgroup a pod's /proc/self/cgroup lines name in it."""
+    hierarchy = CpuHierarchy.find()
+    for line in cgroups:
+        _, controllers, path = line.split(":", 2)
+        if (controllers == "") if hierarchy.v2 else ("cpu" in controllers.split(",")):
+            return hierarchy, hierarchy.root / path.lstrip("/")
+    raise AssertionError(f"no cpu cgroup among {cgroups}")
+
+
 def test_a_pod_on_a_node_with_its_own_cpus_gets_that_share_and_says_so(limited_cluster: LocalCluster, namespace: str):
     share, cgroups, annotations, reasons = busy_pod(limited_cluster, namespace, LIMITED)
-    # CFS allows a period's quota at most: the share is CORES, a little under on a busy machine.
-    assert 0.5 * CORES < share <= CORES * 1.1, (share, cgroups)
+    # CFS allows a period's quota at most, whatever the host does: the share is CORES at most. Less
+    # on a busy host (the CI's 2 cores run the cluster and the agent beside it: 0.125 was once too
+    # much to ask), so the quota is proven by the cgroup itself, which holds it and throttled the
+    # pod; the floor only says the pod ran busy (a host would need ~30 busy processes to go under).
+    assert CORES / 4 < share <= CORES * 1.1, (share, cgroups)
     assert any(re.search(rf"cpu.*:/kt2t-[0-9a-f]{{8}}-nodes/{LIMITED}$", line) for line in cgroups), cgroups
+    hierarchy, folder = cpu_cgroup(cgroups)
+    assert hierarchy.quota_cores(folder) == CORES, folder
+    throttled = re.search(r"^nr_throttled (\d+)$", (folder / "cpu.stat").read_text(), re.M)
+    assert throttled and int(throttled.group(1)) > 0, (folder / "cpu.stat").read_text()
     assert annotations.get("kubetest2-training.local/cpus-limited-to") == f"{CORES:g}", annotations
     assert "CpusLimited" in reasons, reasons
     free_share, free_cgroups, free_annotations, _ = busy_pod(limited_cluster, namespace, UNLIMITED)
-    assert free_share > 2 * CORES, (free_share, free_cgroups)
+    # More than the quota could give (2x CORES before: a loaded host's 5 s windows run at half speed).
+    assert free_share > 1.1 * CORES, (free_share, free_cgroups)
     assert not any("-nodes/" in line for line in free_cgroups), free_cgroups
     assert "kubetest2-training.local/cpus-limited-to" not in free_annotations
 

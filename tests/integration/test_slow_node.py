@@ -81,6 +81,8 @@ def test_a_pod_on_a_slow_node_runs_slower_until_the_label_goes(slow_cluster: Loc
     # in which something else took a core measured only 1.44x (4.51 s against 3.14 s).
     slow_cluster.set_node_slow(SLOW_NODE, 0.75)
     slowed_s, normal_s, slowed = race(slow_cluster, namespace, "slowed")
+    # 3.7-5.0x in 4 quiet runs: 1.5x holds while the normal node's loop runs at 0.41 of its quiet
+    # speed or more, room for its window running 50% slower (bench/host_cpu_noise.py).
     assert slowed_s >= 1.5 * normal_s, f"slow node {slowed_s:.2f}s, normal node {normal_s:.2f}s"
     # The pod says its slowness was injected: annotation and event.
     assert slowed.metadata.annotations[SLOWED_ANNOTATION] == "0.75"
@@ -90,7 +92,10 @@ def test_a_pod_on_a_slow_node_runs_slower_until_the_label_goes(slow_cluster: Loc
 
     slow_cluster.set_node_slow(SLOW_NODE, None)
     after_s, normal_after_s, after = race(slow_cluster, namespace, "restored")
-    assert after_s < 1.3 * normal_after_s, f"label removed: {after_s:.2f}s vs {normal_after_s:.2f}s"
+    # As fast as the normal node again: about 1x, a node still slowed 3.7x or more. 1.3x was less
+    # room than a loaded 2-core host gives two identical loops (a 5 s window at 0.53 of the
+    # fastest); 2.5x holds for one loop at 40% of the other's speed and still fails a slowed node.
+    assert after_s < 2.5 * normal_after_s, f"label removed: {after_s:.2f}s vs {normal_after_s:.2f}s"
     assert SLOWED_ANNOTATION not in (after.metadata.annotations or {})
 
 
@@ -102,9 +107,10 @@ def test_deleting_a_pod_on_a_slow_node_lets_it_handle_sigterm(slow_cluster: Loca
     slow_cluster.core.delete_namespaced_pod("doomed", namespace)
     done = watch_pods(slow_cluster.core, namespace, lambda p: p.metadata.name == "doomed" and terminated(p), 30,
                       "doomed to end")
-    # Ended by its own SIGTERM handler (exit 0) well within the 20 s grace, not SIGKILLed after it.
+    # Ended by its own SIGTERM handler (exit 0: a SIGKILL gives 137), within the 20 s grace, not
+    # SIGKILLed after it. (10 s was a guess at the handler's speed; the grace is what is promised.)
     assert done.status.container_statuses[0].state.terminated.exit_code == 0
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20
     wait_for(lambda: not pid_alive(shell), 30, "the shell to be gone")
 
 
