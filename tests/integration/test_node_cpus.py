@@ -29,13 +29,18 @@ pytestmark = [pytest.mark.integration,
 
 LIMITED, UNLIMITED = "kwok-cpu-1", "kwok-cpu-0"
 CORES = 0.25
-# Busy for 3 s; the share of a core it got over the last 2 (the agent's sweep moves a container's
-# first process into the node's cgroup within 0.25 s) and the cgroup it ended in.
-BUSY = ("import time\n"
-        "end = time.monotonic() + 3\n"
-        "while time.monotonic() < end - 2: pass\n"
+# Busy; the share of a core it got over 2 s and the cgroup it ended in. With an argument (a limited
+# node), it measures once it is in a node's cgroup: the agent's sweep moves a container's first
+# process every 0.25 s, later on a loaded host, and a late move would count unlimited time (a
+# minute to get there, then it measures anyway and the cgroup check names the failure). Without
+# one, it measures after a second of warm-up, as before.
+BUSY = ("import sys, time\n"
+        "limited = len(sys.argv) > 1\n"
+        "start = time.monotonic()\n"
+        "while time.monotonic() < start + (60 if limited else 1):\n"
+        "    if limited and '-nodes/' in open('/proc/self/cgroup').read(): break\n"
         "wall, cpu = time.monotonic(), time.process_time()\n"
-        "while time.monotonic() < end: pass\n"
+        "while time.monotonic() < wall + 2: pass\n"
         "print('share', (time.process_time() - cpu) / (time.monotonic() - wall))\n"
         "print('cgroups', [line.strip() for line in open('/proc/self/cgroup')])\n")
 
@@ -52,7 +57,8 @@ def limited_cluster(default_nodes: LocalCluster) -> Iterator[LocalCluster]:
 def busy_pod(cluster: LocalCluster, namespace: str, node: str) -> tuple[float, list[str], dict[str, str], list[str]]:
     """A busy pod on the node: its share of a core, its cgroups, its annotations and event reasons."""
     name = f"busy-{node}"
-    cluster.core.create_namespaced_pod(namespace, pinned_pod(name, node, ["python", "-c", BUSY]))
+    argv = ["python", "-c", BUSY, *(["limited"] if node == LIMITED else [])]
+    cluster.core.create_namespaced_pod(namespace, pinned_pod(name, node, argv))
     done = watch_pods(cluster.core, namespace, lambda p: p.metadata.name == name and terminated(p), 120,
                       f"{name} to finish")
     assert done.status.phase == "Succeeded", done.status
