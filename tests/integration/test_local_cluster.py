@@ -208,8 +208,9 @@ def test_canned_logs_through_pods_log_for_each_container(cluster: LocalCluster, 
                      "pod started")
     name = pod.metadata.name
     core = cluster.core
-    # The node agent writes the log files when it sees the pod bound; give it a moment.
-    wait_for(lambda: core.read_namespaced_pod_log(name, namespace, container="c0"), 10, "c0's log")
+    # The node agent writes the log files when it sees the pod bound: awaited (60 s for an agent
+    # that never writes them; 10 s was a guess at a loaded host's moment).
+    wait_for(lambda: core.read_namespaced_pod_log(name, namespace, container="c0"), 60, "c0's log")
     assert core.read_namespaced_pod_log(name, namespace, container="c0").splitlines() == canned("bert-mpirun-32ranks")
     assert core.read_namespaced_pod_log(name, namespace, container="c1").splitlines() == \
         canned("bert-mpirun-missing-env")
@@ -223,7 +224,7 @@ def test_default_canned_log_is_the_bert_run(cluster: LocalCluster, namespace: st
     cluster.batch.create_namespaced_job(namespace, job("plain"))
     started = ("Running", "Succeeded")
     pod = watch_pods(cluster.core, namespace, lambda p: p.status.phase in started, 30, "started")
-    lines = wait_for(lambda: cluster.core.read_namespaced_pod_log(pod.metadata.name, namespace), 10, "log")
+    lines = wait_for(lambda: cluster.core.read_namespaced_pod_log(pod.metadata.name, namespace), 60, "log")
     assert lines.splitlines() == canned("bert-mpirun-32ranks")
 
 
