@@ -116,7 +116,10 @@ def test_each_failure_fails_fast_naming_pod_and_node(kube: Cluster, namespace: s
     assert expected in str(failure.value)
     assert "on node kwok-" in str(failure.value)
     assert failure.value.pod and failure.value.pod.startswith("bad-")
-    assert elapsed < 20, f"{mode}: verdict took {elapsed:.1f}s"
+    # JobFailed, not the WaitTimeout of 60 s: the fault ended the wait. The time, from the apply,
+    # holds kwok, the scheduler and the Job controller too: 40 s gives a loaded host room (20 s
+    # did not always) and still ends the wait well before its timeout.
+    assert elapsed < 40, f"{mode}: verdict took {elapsed:.1f}s"
 
 
 def test_crash_loop_fails_fast(kube: Cluster, namespace: str):
@@ -131,7 +134,8 @@ def test_unschedulable_fails_after_grace_quoting_the_scheduler(kube: Cluster, na
     started = time.monotonic()
     with pytest.raises(JobFailed, match=r"unschedulable for \d+s: .*nvidia.com/gpu"):
         wait_job(kube, namespace, "big", grace=2.0)
-    assert time.monotonic() - started < 20
+    # After the 2 s grace, not the 60 s timeout (JobFailed says so); room as above.
+    assert time.monotonic() - started < 40
 
 
 def test_timeout_says_timeout_and_last_state(kube: Cluster, namespace: str):
