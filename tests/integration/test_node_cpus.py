@@ -94,8 +94,11 @@ def test_a_pod_on_a_node_with_its_own_cpus_gets_that_share_and_says_so(limited_c
     assert annotations.get("kubetest2-training.local/cpus-limited-to") == f"{CORES:g}", annotations
     assert "CpusLimited" in reasons, reasons
     free_share, free_cgroups, free_annotations, _ = busy_pod(limited_cluster, namespace, UNLIMITED)
-    # More than the quota could give (2x CORES before: a loaded host's 5 s windows run at half speed).
-    assert free_share > 1.1 * CORES, (free_share, free_cgroups)
+    # Not limited: its cpu cgroup holds no quota. (Its share was the check before, first above 2x
+    # CORES, then above the quota; with four engineers' clusters on this machine the unlimited pod
+    # got 0.19 of a core, less than the limited one's quota: a share says how busy the host is.)
+    free_hierarchy, free_folder = cpu_cgroup(free_cgroups)
+    assert free_hierarchy.quota_cores(free_folder) is None, (free_folder, free_share)
     assert not any("-nodes/" in line for line in free_cgroups), free_cgroups
     assert "kubetest2-training.local/cpus-limited-to" not in free_annotations
 

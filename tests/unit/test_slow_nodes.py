@@ -90,6 +90,24 @@ def test_stopped_share_of_the_time_is_the_fraction(nodes: ScriptedNodes):
     assert stopped_s / nodes.now == pytest.approx(0.75)
 
 
+def test_each_stop_lasts_its_fraction_however_long_finding_the_processes_takes(nodes: ScriptedNodes):
+    """A loaded host's /proc scan (here 80 ms of a 100 ms period) must not eat the stopped time."""
+    members = nodes.members
+
+    def slow_scan(sessions: Collection[int]) -> dict[int, int]:
+        nodes.now += 0.08
+        return members(sessions)
+
+    nodes.members = slow_scan  # type: ignore[method-assign]
+    cycler = nodes.cycler()
+    cycler.set_fraction("a", 0.75)
+    for _ in range(5):
+        cycler.cycle()
+    stops = [t for t, pid, sig in nodes.sent if pid == 10 and sig == "SIGSTOP"]
+    resumes = [t for t, pid, sig in nodes.sent if pid == 10 and sig == "SIGCONT"]
+    assert [round(resume - stop, 6) for stop, resume in zip(stops, resumes, strict=True)] == [0.075] * 5
+
+
 def test_no_slow_node_no_signal_and_the_period_still_waited(nodes: ScriptedNodes):
     cycler = nodes.cycler()
     cycler.cycle()
