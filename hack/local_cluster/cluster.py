@@ -221,6 +221,7 @@ class LocalCluster:
                 if document:
                     document["metadata"].setdefault("annotations", {})[CRD_SOURCE_ANNOTATION] = digest
                     api.apply(document)
+            progress(f"CRD {crd_name(file_name)}: applied from {crd_file}")
         api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MPI_OPERATOR_LOCK_NAMESPACE}})
         # Trainer's and JobSet's webhooks, served on 127.0.0.1 once their controllers start.
         for controller in TRAINING_CONTROLLERS:

@@ -108,9 +108,15 @@ class DutyCycler:
 
     def cycle(self) -> None:
         """One period: stop every slow node's processes, resume each node at its offset, wait out
-        the rest. Once `quit` is set the waits return at once, so every node is still resumed."""
+        the rest. Once `quit` is set the waits return at once, so every node is still resumed.
+
+        The period starts once the processes are stopped, not before the /proc scan that finds
+        them: on a loaded host the scan took most of the 100 ms, and a stop window counted from
+        before it left the processes stopped in 2 of 100 samples instead of 75 (a slow node that
+        was not slow). The scan's time now adds to the running part of the period."""
+        schedule = self._stop_slow_nodes()
         start = self.clock()
-        for offset, node in self._stop_slow_nodes():
+        for offset, node in schedule:
             self.wait(max(0.0, start + offset - self.clock()))
             with self.lock:
                 self._resume(lambda stopped_node, _session, node=node: stopped_node == node)

@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
+from polling import wait_for  # the integration tests import it from here too
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -227,18 +227,6 @@ def _service_account_exists(core: client.CoreV1Api, namespace: str) -> bool:
         if error.status == 404:
             return False
         raise
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.2) -> Any:
-    """Polls until condition() returns something truthy, which it returns; fails naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def watch_pods(core: client.CoreV1Api, namespace: str, until: Callable[[client.V1Pod], bool],

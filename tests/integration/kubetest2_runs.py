@@ -16,6 +16,14 @@ from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMPS"})
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CANNED_LOG_ANNOTATION = f"{INJECT}canned-log"
+# Real runs here put two healthy ranks on the same 2 shared cores, whose speed varies 25-50% from
+# one window to the next (bench/host_cpu_noise.py); two such ranks' probes measured ratios of 0.89
+# at 2 s and 0.63 at 1 s on a busy machine (workloads/probe.py), against the product's
+# STRAGGLER_FRACTION of 0.7, which a window 30% slower for one rank crosses: a CI run once named a
+# straggler on a host-process node. A test about something
+# else judges stragglers at 0.35 instead (still naming a rank at a third of the others' speed);
+# the straggler and speed tests give the product's 0.7 themselves.
+SHARED_HOST_STRAGGLER_ENV = {"STRAGGLER_FRACTION": "0.35"}
 
 
 def kt2t_bin() -> Path:
@@ -44,10 +52,11 @@ def kubetest2_command(cluster: LocalCluster, artifacts: Path, tester: str, *args
     """`kubetest2 noop --kubeconfig=<cluster> --test=<tester> -- <args>` on CPU nodes.
 
     canned=True gives the pods a canned log (tests whose names say canned_logs); canned=False lets
-    the local cluster run them for real.
+    the local cluster run them for real, judging stragglers as SHARED_HOST_STRAGGLER_ENV says.
     """
     full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
-                "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **(env or {})}
+                "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **({} if canned else SHARED_HOST_STRAGGLER_ENV),
+                **(env or {})}
     if canned:
         full_env["POD_ANNOTATIONS"] = canned_by_default_env(full_env.get("POD_ANNOTATIONS", ""))
     full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester

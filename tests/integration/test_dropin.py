@@ -318,7 +318,10 @@ def test_signals_under_kubetest2_exec(cluster: LocalCluster, tmp_path: Path, sig
     reader.join(10)
     text = "".join(output)
     case = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"]
-    assert kubetest2_exited < 2, kubetest2_exited
+    # At once (README): kubetest2 does not wait for the binary, whose cleanup alone takes seconds,
+    # or for the tests (to_group=False: minutes). 2 s was a speed target for a process exit on a
+    # loaded host; 10 s leaves it room and still fails a kubetest2 that waited.
+    assert kubetest2_exited < 10, kubetest2_exited
     assert (artifacts / "junit_runner.xml").stat().st_size == 0  # kubetest2 exits before writing it
     if to_group:
         assert f"received {signum.name}" in text

@@ -33,7 +33,7 @@ from harness.jobs.workload import Placement, Workload
 from testbins.e2e_nvidia import APT_CAPABILITIES
 
 from .conftest import LocalCluster, exec_in, image_on_real_nodes, real_node_names, wait_for
-from .kubetest2_runs import case_properties, junit_cases
+from .kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 
@@ -56,7 +56,8 @@ def real(real_nodes: LocalCluster) -> tuple[LocalCluster, list[str], str]:
 
 def run_training(cluster: LocalCluster, artifacts: Path, test: str, image: str, **env: str):
     full_env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ARTIFACTS": str(artifacts),
-                "ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", "TRAINING_IMAGE": image, **env}
+                "ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", "TRAINING_IMAGE": image,
+                **SHARED_HOST_STRAGGLER_ENV, **env}
     full_env.pop("POD_ANNOTATIONS", None)
     return subprocess.run([str(BIN / "e2e-nvidia-training"), "--test.v", f"--nodeType={REAL_NODE_TYPE}",
                            f"--test.run=^{test}$"], env=full_env, capture_output=True, text=True, timeout=900,

@@ -17,10 +17,11 @@ from .kubetest2_runs import case_properties, junit_cases, kubetest2, suite_prope
 
 pytestmark = pytest.mark.integration
 
-# Canned pods hold their GPU 15 s (kwok's run-duration; the real pods sleep 30 s): long enough for the
-# Job controller to start all of them while the first still run.
+# Canned pods hold their GPU 30 s (kwok's run-duration), as the real pods sleep 30 s: long enough for
+# the Job controller to start all of them (32 a node at 4 replicas, created in slow-start batches)
+# while the first still run. 15 s was a guess at how fast that goes on a loaded 2-core host.
 SHARING_SUITE = {"ACCELERATOR": "nvidia",
-                 "POD_ANNOTATIONS": f"{CANNED}=nvidia-suite,kubetest2-training.local/run-duration=15s"}
+                 "POD_ANNOTATIONS": f"{CANNED}=nvidia-suite,kubetest2-training.local/run-duration=30s"}
 NODES = ("kwok-p5-0", "kwok-p5-1")
 SHARING_OFF_LABEL = "kubetest2-training.local/gpu-sharing"
 

@@ -79,8 +79,10 @@ def test_follow_streams_a_running_pods_output_and_ends_with_it(cluster: LocalClu
     assert [line for _, line in seen] == [f"tick {i}" for i in range(1, 7)]
     # Streamed as written: the first and the last tick arrived seconds apart ...
     assert seen[-1][0] - seen[0][0] > 2, seen
-    # ... and the stream ended soon after the container did (kwok patched: hack/README.md).
-    assert ended - seen[-1][0] < 8
+    # ... and the stream ended with the container (kwok patched: hack/README.md), not at the 30 s
+    # read timeout (which raises). The container exits 1 s after its last tick; 8 s was tight for
+    # the agent, kwok and the API server on a loaded host, 20 s stays below the read timeout.
+    assert ended - seen[-1][0] < 20
 
 
 def test_exit_code_fails_the_pod_with_that_code(cluster: LocalCluster, namespace: str):

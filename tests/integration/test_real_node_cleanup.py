@@ -10,13 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
 from .conftest import LOCAL_CLUSTER, REPO, wait_for
+from .test_pod_execution import pid_alive
 
 sys.path.insert(0, str(REPO / "hack"))
 from local_cluster.real_nodes import linux
@@ -57,15 +57,16 @@ def leftovers(layout: ClusterLayout) -> dict[str, list[str]]:
     }
 
 
-def crash(layout: ClusterLayout) -> int:
-    """SIGKILL every process the cluster started (pid files) and every process of its real nodes."""
+def crash(layout: ClusterLayout) -> set[int]:
+    """SIGKILL every process the cluster started (pid files) and every process of its real nodes;
+    the pids signalled."""
     pids = set(linux.cgroup_pids(layout.cgroup))
     for pid_file in (layout.state_dir / "run").glob("*.pid"):
         pids.add(int(pid_file.read_text()))
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return len(pids)
+    return pids
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root")
@@ -90,8 +91,10 @@ def test_up_after_a_crash_then_down_leaves_nothing_behind(tmp_path: Path):
         assert len(before["namespaces"]) == 2 and before["cgroups"] and before["processes"], before
         assert before["mounts"] == [], "the nodes' mounts belong in their holders' mount namespaces"
 
-        assert crash(layout) > 8
-        time.sleep(1)
+        killed = crash(layout)
+        assert len(killed) > 8, killed
+        # `up` after the crash, not during it: the killed processes are gone (a fixed 1 s before).
+        wait_for(lambda: not any(pid_alive(pid) for pid in killed), 60, "the killed processes to end")
         local_cluster(env, "up")  # the real node comes back from nothing: same names, new processes
         wait_for(lambda: core.read_namespaced_pod("sleeper", "default").status.phase == "Running", 90,
                  "sleeper running again after the crash")

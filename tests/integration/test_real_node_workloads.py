@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.stream import stream
 
 from .conftest import REPO, LocalCluster, image_on_real_nodes, wait_for
-from .kubetest2_runs import case_properties, junit_cases
+from .kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases
 
 sys.path.insert(0, str(REPO / "hack"))
 from local_cluster.real_nodes import linux
@@ -42,7 +42,7 @@ def workloads_image(real_nodes: LocalCluster) -> str:
 def run_suite(cluster: LocalCluster, artifacts: Path, tests: str, env: dict[str, str],
               timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ARTIFACTS": str(artifacts),
-                "ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", **env}
+                "ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", **SHARED_HOST_STRAGGLER_ENV, **env}
     full_env.pop("POD_ANNOTATIONS", None)
     return subprocess.run([BINARY, "--test.v", "--nodeType=container-cpu", f"--test.run=^({tests})$"],
                           env=full_env, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -122,7 +122,10 @@ def test_a_worker_killed_mid_run_fails_in_seconds_naming_pod_node_and_exit(real_
         return ready[-1] if len(ready) == 2 else None
 
     victim = wait_for(running_worker, 300, f"2 running training pods in {namespace}")
-    time.sleep(5)  # training, not starting
+    # Training, not starting: its first step is logged (a fixed 5 s after Running guessed how long
+    # torch's start takes on a loaded host).
+    wait_for(lambda: "KT2T_STEP " in real_nodes.core.read_namespaced_pod_log(victim.metadata.name, namespace),
+             300, f"{victim.metadata.name} to log its first training step")
     state = Path(real_nodes.kubeconfig).parent
     container = victim.status.container_statuses[0].container_id.split("://", 1)[1]
     pids = container_pids(state, container)

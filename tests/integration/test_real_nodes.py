@@ -73,8 +73,8 @@ def test_a_pod_runs_in_containerd_and_its_log_and_exec_reach_the_host(real_nodes
     assert running.status.container_statuses[0].container_id.startswith("containerd://")
     assert running.status.pod_ip.startswith("10.245.0."), running.status.pod_ip
     # The API server reaches the kubelet through netd (egress selector) for both.
-    wait_for(lambda: "hello from hello" in real_nodes.core.read_namespaced_pod_log("hello", namespace), 20,
-             "the pod's log through the API server")
+    wait_for(lambda: "hello from hello" in real_nodes.core.read_namespaced_pod_log("hello", namespace), 60,
+             "the pod's log through the API server")  # a deadline for a hang (was 20 s: a loaded host's guess)
     out = stream(real_nodes.core.connect_get_namespaced_pod_exec, "hello", namespace,
                  command=["sh", "-c", "echo exec in $(hostname) pid1=$(cat /proc/1/cmdline | tr '\\0' ' ')"],
                  stderr=True, stdin=False, stdout=True, tty=False)

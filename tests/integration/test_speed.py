@@ -39,7 +39,8 @@ LIVE_FLOOR = pytest.mark.opt_in(
 SLOWED = "kwok-cpu-1"
 RUNS = int(os.environ.get("KT2T_SPEED_RUNS", "3"))  # healthy runs judged node by node
 LIVE_RUNS = int(os.environ.get("KT2T_SPEED_LIVE_RUNS", "10"))  # healthy runs that must pass the floor too
-ENV = {"WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m"}
+# The product's straggler fraction: these tests judge speed (SHARED_HOST_STRAGGLER_ENV is for the others).
+ENV = {"WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", "STRAGGLER_FRACTION": "0.7"}
 NODES = [f"kwok-cpu-{i}" for i in range(4)]
 # Each node's own share of this machine's cores (`hack/local-cluster node-cpus`), 70% of them in
 # all, the rest for the control plane and the harness: 0.35 cores each on 2 cores. Without it the

@@ -90,7 +90,11 @@ def test_a_trainjob_naming_a_missing_runtime_fails_in_seconds_naming_it(cluster:
     assert 'ClusterTrainingRuntime.trainer.kubeflow.org "no-such-runtime" not found' in failure.message
     assert "the ClusterTrainingRuntime no-such-runtime (TRAINJOB_RUNTIME) does not exist" in done.stderr
     print(f"missing runtime: test {float(case.time):.2f}s, whole kubetest2 run {elapsed:.1f}s")
-    assert float(case.time) < 15, case.time
+    # "In seconds": the refusal ends the test, which does not wait for the job (JOB_TIMEOUT, 10 min).
+    # The case holds the runtime check, ADMISSION_RETRY_SECONDS (5 s) of asking again, the capture
+    # and the teardown; 15 s broke on the CI's loaded 2 cores. 60 s: room for a host several times
+    # slower, a tenth of the JOB_TIMEOUT a missed refusal would wait for.
+    assert float(case.time) < 60, case.time
 
 
 def test_trainer_and_jobset_are_installed_when_the_crd_is_missing_and_removed_after(cluster: LocalCluster,

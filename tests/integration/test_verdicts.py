@@ -94,7 +94,8 @@ def test_a_slow_node_is_named_by_the_straggler_verdict(default_nodes: LocalClust
     default_nodes.set_node_slow(SLOW_NODE, SLOW_FRACTION)
     try:
         done = kubetest2(default_nodes, artifacts, "exec", "e2e-nvidia-training", "--test.run=TestMNISTTraining",
-                         "--test.v", canned=False, timeout=1200, env={"WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "15m"})
+                         "--test.v", canned=False, timeout=1200,  # the product's STRAGGLER_FRACTION:
+                         env={"WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "15m", "STRAGGLER_FRACTION": "0.7"})
     finally:
         default_nodes.set_node_slow(SLOW_NODE, None)
     assert done.returncode != 0, done.stdout[-4000:]

@@ -11,13 +11,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
@@ -142,6 +142,12 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
     (keys / "id_rsa.pub").write_text(KEY)
     (keys / "authorized_keys").write_text(KEY)
     sessions = [start_sshd(tmp_path, f"j-worker-{i}", registry, keys) for i in range(2)]
+    # Each stand-in says when it listens: a test connects then, not after a guess of how long a
+    # Python start takes on a loaded host (ConnectionAttempts alone flaked under CI load).
+    for i in range(2):
+        log = tmp_path / f"j-worker-{i}.log"
+        wait_for(lambda log=log: "listening as" in log.read_text(errors="replace"), 60,
+                   f"the sshd stand-in j-worker-{i} to listen ({log})")
     ssh = bin_dir / "ssh"
     ssh.write_text(f'#!/bin/sh\nexec {sys.executable} -I {STANDIN_SCRIPT} ssh --registry {registry.parent} '
                    f'--pod ns/j-launcher --key-dir {keys} --search ns.svc.cluster.local -- "$@"\n')
@@ -207,9 +213,8 @@ def test_mpirun_starts_each_rank_in_its_workers_folder_and_session(workers: Work
 @needs_openmpi
 def test_killing_a_worker_ends_mpirun_naming_it(workers: Workers):
     run = mpirun(workers, "echo started; exec sleep 60")
-    deadline = time.monotonic() + 30
-    while len(session_members(workers.sessions[1])) < 4 and time.monotonic() < deadline:  # sshd, orted, 2 ranks
-        time.sleep(0.2)
+    wait_for(lambda: len(session_members(workers.sessions[1])) >= 4, 60,  # sshd, orted, 2 ranks
+               "worker 1's orted and its 2 ranks to run")
     signal_container(workers.sessions[1], signal.SIGTERM)
     out, _ = run.communicate(timeout=30)
     assert run.returncode != 0
@@ -217,5 +222,5 @@ def test_killing_a_worker_ends_mpirun_naming_it(workers: Workers):
     # as with real ssh; either way the worker is named (ssh's own line, or mpirun's).
     assert any(words in out for words in MPIRUN_LOST_A_DAEMON), out
     assert "Connection to j-worker-1.j.ns.svc closed by remote host." in out or "on node j-worker-1.j.ns.svc" in out
-    time.sleep(0.5)
-    assert not container_alive(workers.sessions[1])
+    # The worker's processes go once signalled: awaited, not assumed gone after a fixed 0.5 s.
+    wait_for(lambda: not container_alive(workers.sessions[1]), 30, "worker 1's processes to end")
