@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,17 +75,20 @@ CATALOGUE: dict[str, Entry] = {
         ("parse", "ranks", "busbw.table", "busbw.floor"),
         ("LAUNCHER", "TRAINING_IMAGE", "NCCL_TESTS_MIN_BW", "BASELINE", "BASELINE_TOLERANCE", "NODE_COUNT")),
     "TestNCCLTests": Entry(
-        "ours", "nccl-tests' `all_reduce_perf` in `NCCL_TESTS_IMAGE`: on one node, and as an MPIJob across every node",
+        "ours", "nccl-tests' `all_reduce_perf` in `NCCL_TESTS_IMAGE` as an MPIJob: on one node (up to 2G), and across "
+        "every node (up to 16G, or the size the node type's floor was measured at; skips on one node)",
         NCCL_CHECKS, ("NCCL_TESTS_IMAGE", "NCCL_TESTS_MIN_BW", "EFA_PER_NODE", "--efaEnabled", "NODE_COUNT")),
     "TestMPIJobPytorchTraining": Entry(
         "upstream", "single-node: pytorch/examples' MNIST in `PYTORCH_IMAGE`, one process on one node (a Job); "
         "multi-node:<test>: nccl-tests `<test>` in an MPIJob across every node (`-b 8 -e 16G` with an 8 MiB "
-        "`NCCL_BUFFSIZE` on upstream's RDMA-read types, else `2G` / 4 MiB)",
+        "`NCCL_BUFFSIZE` on upstream's RDMA-read types, else `2G` / 4 MiB). single-node passes when the pod succeeds "
+        "and the example printed its `Test set: ... Accuracy` line (upstream's command exits 0 even when it fails)",
         NCCL_CHECKS, ("PYTORCH_IMAGE", "NCCL_TESTS_IMAGE", "NODE_TYPE", "EFA_PER_NODE", "--efaEnabled",
                       "NCCL_TESTS_MIN_BW")),
     "TestSingleNodeUnitTest": Entry(
-        "upstream", "unit-test: upstream's `gpu_unit_tests` in `NCCL_TESTS_IMAGE` on one node; hpc-benckmarks "
-        "(upstream's spelling): NVIDIA's HPL on every GPU of one node",
+        "upstream", "unit-test: upstream's `gpu_unit_tests` in `NCCL_TESTS_IMAGE` on one node, passing when the Job "
+        "succeeds and every TAP line is `ok` (each recorded as `unit.<test>`); hpc-benckmarks (upstream's spelling): "
+        "NVIDIA's HPL on every GPU of one node, passing when HPL's residual check says `PASSED`",
         (), ("NCCL_TESTS_IMAGE", "SKIP_UNIT_TEST_SUBCOMMAND")),
     "TestNvidiaDriverCapabilities": Entry(
         "upstream", "a pod with `NVIDIA_DRIVER_CAPABILITIES=all` running ModernGL over EGL (ubuntu 22.04) on one "
@@ -242,6 +245,16 @@ def settings_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def feature_doc(func: Callable[..., object]) -> str:
+    """A feature function's docstring; for one a factory made (`multi_node(op)` returns `run`), the
+    factory's, which says what every function it makes does."""
+    if func.__doc__:
+        return inspect.getdoc(func) or ""
+    outer, _, _ = func.__qualname__.partition(".<locals>.")
+    factory = getattr(sys.modules[func.__module__], outer, None)
+    return (inspect.getdoc(factory) or "") if factory is not None and outer != func.__qualname__ else ""
+
+
 def _tests_section(suite: Suite, binary_doc: str) -> list[str]:
     lines = [f"## `{suite.binary}`" + (f" (also `{'`, `'.join(suite.aliases)}`)" if suite.aliases else ""), "",
              _cell(suite.summary), "", binary_doc, ""]
@@ -252,9 +265,10 @@ def _tests_section(suite: Suite, binary_doc: str) -> list[str]:
         lines += ["| feature | labels | assessments | what it does |", "|---|---|---|---|"]
         for feature in test.features:
             labels = ", ".join(f"{k}={'|'.join(v)}" for k, v in feature.labels.items())
-            doc = " ".join((inspect.getdoc(feature.func) or "").split())
+            doc = " ".join(feature_doc(feature.func).split())
             lines.append(f"| `{test.name if test.in_place else test.name + '/' + feature.name}` "
-                         f"(`{feature.name}`) | {labels} | {_cell(', '.join(feature.assessments))} | {_cell(doc)} |")
+                         f"(`{feature.name}`) | {_cell(labels)} | {_cell(', '.join(feature.assessments))} | "
+                         f"{_cell(doc)} |")
         lines.append("")
         if entry.checks:
             lines += ["| check | fails when | threshold from |", "|---|---|---|"]
