@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import tomllib
+
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 TWO_COMMANDS = "\n".join([
@@ -42,6 +44,12 @@ def test_six_steps_to_your_own_cluster():
     assert [n for n, _ in steps] == ["1", "2", "3", "4", "5", "6"], steps
     assert "kubectl apply -f manifests/rbac.yaml" in section
     assert "kubetest2 noop" in section
+
+
+def test_the_image_tags_are_the_project_version():
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    tags = set(re.findall(r"kubetest2-training/(?:workloads|nccl-tests):([\w.-]+)", README))
+    assert tags == {version}, f"README.md tags {tags}; pyproject.toml's version is {version}"
 
 
 def test_every_docs_page_is_linked():
