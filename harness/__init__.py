@@ -1,4 +1,4 @@
-"""kubetest2-training's harness, laid out by role (README: Layout). From the ground up:
+"""kubetest2-training's harness, laid out by role (docs/DEVELOPING.md: Layout). From the ground up:
 config (settings), metrics (what logs say), cluster (the client, waiting, log capture), verdict
 (checks), report (JUnit, result.json, report.html), framework (suite, test context), setup
 (discovery, add-ons, namespaces), jobs (launchers, the job, its assessment); then runner.py, the

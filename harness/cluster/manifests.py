@@ -126,3 +126,24 @@ def render(name: str, fields: Mapping[str, Any]) -> list[Obj]:
             raise RenderError(f"render {name}: {obj.get('kind')} {obj.get('metadata', {}).get('name')} "
                               f"lacks the label {MANAGED_BY_LABEL}={MANAGED_BY} (use .Labels)")
     return objects
+
+
+RBAC = "rbac.yaml"
+
+
+def rbac_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+    """manifests/rbac.yaml moved into `namespace`, `labels` added to every object.
+
+    The file is plain YAML so that `kubectl apply -f` takes it as shipped (its ServiceAccount in
+    `default`); a run that applies it elsewhere sets the namespace here, in code, both on the
+    ServiceAccount and on the binding's subject, which `kubectl apply -n` would leave behind."""
+    objects = render(RBAC, {})
+    for obj in objects:
+        metadata = obj["metadata"]
+        metadata["labels"] = {**metadata.get("labels", {}), **labels}
+        if obj["kind"] == "ServiceAccount":
+            metadata["namespace"] = namespace
+        for subject in obj.get("subjects", []):
+            if subject.get("kind") == "ServiceAccount":
+                subject["namespace"] = namespace
+    return objects

@@ -191,7 +191,7 @@ class Config:
                                       "instead of ending it silently", parse_bool, "true or false",
                                       flags=("test.paniconexit0",), default=False, is_bool_flag=True,
                                       group=GO_TEST)
-    # -- Training configuration (README "Configuration") ----------------------------------------
+    # -- Training configuration (docs/SETTINGS.md, generated) ------------------------------------
     node_type: str | None = setting("instance type (node.kubernetes.io/instance-type) to run on; unset: "
                                     "the single type present", parse_text, "an instance type name",
                                     env="NODE_TYPE", flags=("nodeType",))

@@ -132,7 +132,7 @@ def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(nodes: LocalCluster,
 
 
 def test_upstream_bert_ci_line_with_upstreams_image_settings(nodes: LocalCluster, tmp_path: Path):
-    """What README "upstream's BERT test with upstream's image" documents: LAUNCHER=mpi and
+    """What docs/RUNNING.md "Upstream's images" documents: LAUNCHER=mpi and
     TRAINING_COMMAND='python train.py'; the canned log is a real 4 x p3.16xlarge run of that image."""
     nodes.set_nodes("p3", 4)
     artifacts = tmp_path / "artifacts"
@@ -318,7 +318,7 @@ def test_signals_under_kubetest2_exec(cluster: LocalCluster, tmp_path: Path, sig
     reader.join(10)
     text = "".join(output)
     case = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"]
-    # At once (README): kubetest2 does not wait for the binary, whose cleanup alone takes seconds,
+    # At once (docs/RUNNING.md, "Output"): kubetest2 does not wait for the binary, whose cleanup alone takes seconds,
     # or for the tests (to_group=False: minutes). 2 s was a speed target for a process exit on a
     # loaded host; 10 s leaves it room and still fails a kubetest2 that waited.
     assert kubetest2_exited < 10, kubetest2_exited

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from harness.cluster.labels import MANAGED_BY_LABEL
-from harness.cluster.manifests import render
+from harness.cluster.manifests import rbac_objects
 
 from .conftest import LocalCluster, exec_in, image_on_real_nodes, real_node_names, wait_for
 
@@ -48,7 +48,7 @@ def test_the_kubetest2_image_runs_the_suite_as_a_job_with_the_rbac_service_accou
                                                                                    namespace: str):
     kubetest2_image = image_on_real_nodes("kubetest2")
     labels = {MANAGED_BY_LABEL: "kubetest2-training"}
-    objects = render("rbac.yaml", {"Namespace": namespace, "Labels": labels})
+    objects = rbac_objects(namespace, labels)
     rbac = client.RbacAuthorizationV1Api(real_nodes.api)
     for obj in objects:
         kind = obj["kind"]

@@ -22,7 +22,7 @@ import yaml
 
 from harness.cluster.client import Cluster
 from harness.cluster.labels import MANAGED_BY_LABEL
-from harness.cluster.manifests import render
+from harness.cluster.manifests import rbac_objects
 
 from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
 from .kubetest2_runs import OPT_IN_TESTS
@@ -162,7 +162,7 @@ def service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path
 def rbac(cluster: LocalCluster, namespace: str):
     kube = Cluster.connect(str(cluster.kubeconfig))
     labels = {MANAGED_BY_LABEL: "kubetest2-training"}
-    objects = render("rbac.yaml", {"Namespace": namespace, "Labels": labels})
+    objects = rbac_objects(namespace, labels)
     for obj in objects:
         kube.apply(obj)
     yield kube, objects

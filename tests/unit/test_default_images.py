@@ -39,7 +39,6 @@ def test_every_template_pulls_only_what_is_not_present():
         assert "imagePullPolicy: Always" not in text, name
 
 
-def test_the_readme_says_the_one_command_that_builds_them():
-    readme = (REPO / "README.md").read_text()
-    configuration = readme[readme.index("## Configuration"):]
-    assert "`hack/images build workloads nccl-tests`" in configuration
+def test_the_settings_page_says_the_one_command_that_builds_them():
+    page = (REPO / "docs" / "SETTINGS.md").read_text()
+    assert "`hack/images build workloads nccl-tests`" in page

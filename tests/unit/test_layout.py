@@ -220,35 +220,37 @@ def test_a_forbidden_arrow_is_named_with_its_line(tmp_path):
         "harness.verdict may import only harness.errors"]
 
 
-# The README's layout list, kept equal to the tree.
+# The layout list of docs/DEVELOPING.md, kept equal to the tree.
+LAYOUT_DOC = "docs/DEVELOPING.md"
+
 
 def readme_layout() -> dict[str, str]:
-    """The rows of README.md's `## Layout` table: first cell (a path) -> the rest of the row."""
-    text = (REPO / "README.md").read_text()
+    """The rows of docs/DEVELOPING.md's `## Layout` table: first cell (a path) -> the rest of the row."""
+    text = (REPO / LAYOUT_DOC).read_text()
     section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \|(.*)\|\s*$", section, re.MULTILINE)
     return dict(rows)
 
 
-def test_readme_lists_every_harness_package_and_module_and_nothing_gone():
+def test_the_layout_lists_every_harness_package_and_module_and_nothing_gone():
     rows = readme_layout()
     packages = {f"harness/{p.parent.relative_to(HARNESS).as_posix()}/" for p in HARNESS.rglob("__init__.py")
                 if p.parent != HARNESS}
     listed = {path for path in rows if path.startswith("harness/") and path != "harness/"}
-    assert listed == packages, f"README's layout lists {sorted(listed - packages)} (gone) " \
+    assert listed == packages, f"{LAYOUT_DOC}'s layout lists {sorted(listed - packages)} (gone) " \
         f"and lacks {sorted(packages - listed)}"
     for folder in ["harness/", *sorted(packages)]:
         files = {p.name for p in (REPO / folder).iterdir()
                  if p.suffix in (".py", ".yaml") and p.name != "__init__.py"}
         named = set(re.findall(r"`(\w+\.(?:py|yaml))`", rows[folder]))
-        assert named == files, f"README's layout row {folder}: lists {sorted(named - files)} (gone) " \
+        assert named == files, f"{LAYOUT_DOC}'s layout row {folder}: lists {sorted(named - files)} (gone) " \
             f"and lacks {sorted(files - named)}"
 
 
-def test_readme_lists_every_docs_file_and_tests_folder():
+def test_the_layout_lists_every_docs_file_and_tests_folder():
     rows = readme_layout()
     docs = {p.name for p in (REPO / "docs").glob("*.md")}
-    assert set(re.findall(r"`(\w+\.md)`", rows["docs/"])) == docs
+    assert set(re.findall(r"`([\w-]+\.md)`", rows["docs/"])) == docs
     folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"
                and any(p.glob("*.py"))}
     assert set(re.findall(r"`(\w+)/`", rows["tests/"])) == folders

@@ -1,7 +1,7 @@
-"""Dockerfile.kubetest2's Python stage, performed for real (Docker cannot run here).
-
-The stage copies the packages and installs the distribution without the workloads extra into a
-fresh virtual environment; this test does the same and runs each binary's --help from it.
+"""Installing the distribution, performed for real: Dockerfile.kubetest2's Python stage (Docker cannot
+run here), and the wheel `python -m build` makes. Each is installed without the workloads extra into a
+fresh virtual environment, and each binary's --help runs from it. The metadata a package index shows
+(version, license, URLs, classifiers) is checked on the built wheel.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,51 @@ def test_python_stage_installs_without_torch_and_binaries_answer_help(tmp_path):
     done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, check=True,
                           cwd=tmp_path)
     assert done.stdout.strip() == "460.0"
+
+
+def package_sources(dest: Path) -> Path:
+    """What pyproject.toml packages, copied to dest: the build writes build/ and *.egg-info beside its
+    sources, which must not land in the checkout."""
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for top in sorted({package.split(".")[0] for package in include}):
+        shutil.copytree(REPO / top, dest / top, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, dest / name)
+    return dest
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_installs_in_a_fresh_venv_and_its_binaries_answer_help(tmp_path):
+    # Built in this venv (--no-isolation: the dev extra has build and setuptools, nothing is
+    # downloaded for the build); the fresh venv gets the runtime dependencies from pip's cache or
+    # whatever index pip is configured with: no index address is written here.
+    src = package_sources(tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"),
+                    str(src)], check=True, capture_output=True, text=True, timeout=240)
+    (wheel,) = (tmp_path / "dist").glob("kubetest2_training-*-py3-none-any.whl")
+    metadata = zipfile.ZipFile(wheel).read(next(
+        n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert f"Version: {project['version']}" in metadata
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Project-URL: kubetest2, https://github.com/kubernetes-sigs/kubetest2" in metadata
+    assert "Classifier: Topic :: Software Development :: Testing" in metadata
+    assert "Requires-Python: >=3.10" in metadata
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True,
+                   timeout=240)
+    for binary in BINARIES:
+        done = subprocess.run([str(env_dir / "bin" / binary), "--help"], capture_output=True, text=True,
+                              check=False, timeout=60, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Usage:"), done.stdout[:200]
+    # The templates and the threshold table are in the wheel, not read from a checkout.
+    done = subprocess.run([str(env_dir / "bin" / "python"), "-c",
+                           "from harness.cluster.manifests import rbac_objects; "
+                           "print(rbac_objects('ns', {})[0]['metadata']['namespace'])"],
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert done.stdout.strip() == "ns"
 
 
 def test_sys_executable_is_the_project_venv():

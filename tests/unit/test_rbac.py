@@ -9,9 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.cluster import resources
-from harness.cluster.manifests import render
+from harness.cluster.manifests import rbac_objects, render
 from harness.cluster.resources import KNOWN_RESOURCES, POD, Resource
 from harness.jobs.launchers import LAUNCHERS
 from harness.setup.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, addon_objects
@@ -33,7 +34,7 @@ def group_of(resource: Resource) -> str:
 
 def granted() -> set[tuple[str, str, str]]:
     """(group, resource, verb) the ClusterRole grants."""
-    objects = render("rbac.yaml", {"Namespace": "ns", "Labels": {"app.kubernetes.io/managed-by": "kubetest2-training"}})
+    objects = rbac_objects("ns", {"app.kubernetes.io/managed-by": "kubetest2-training"})
     (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
     return {(group, name, verb) for rule in role["rules"] for group in rule["apiGroups"]
             for name in rule["resources"] for verb in rule["verbs"]}
@@ -111,3 +112,28 @@ def test_nothing_that_escalates_is_granted():
                                                      "rolebindings", "customresourcedefinitions", "*"}
              or v in {"*", "escalate", "bind", "impersonate"}}
     assert not risky, risky
+
+
+def test_the_file_applies_as_shipped():
+    # `kubectl apply -f manifests/rbac.yaml`: plain YAML, no template placeholder, every namespaced
+    # object and the binding's subject in one namespace, default.
+    text = (REPO / "manifests" / "rbac.yaml").read_text()
+    assert "{{" not in text
+    objects = [doc for doc in yaml.safe_load_all(text) if doc]
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    (account, _, binding) = objects
+    assert account["metadata"]["namespace"] == "default"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": "default"}]
+    assert binding["roleRef"]["name"] == objects[1]["metadata"]["name"]
+
+
+def test_the_harness_sets_its_own_namespace_and_labels():
+    objects = rbac_objects("ns-1", {"kubetest2-training/run-id": "r1"})
+    (account, role, binding) = objects
+    assert account["metadata"]["namespace"] == "ns-1"
+    assert binding["subjects"][0]["namespace"] == "ns-1"
+    for obj in objects:
+        assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubetest2-training",
+                                             "kubetest2-training/run-id": "r1"}
+    assert "namespace" not in role["metadata"]
