@@ -216,7 +216,7 @@ def first_match(job: Job, pattern: re.Pattern[str]) -> re.Match[str] | None:
     return None
 
 
-SUITE.features("TestMPIJobPytorchTraining", [
+SUITE.features("TestMPIJobPytorchTraining", upstream=True, features=[
     Feature("single-node", single_node, GPU, ("MPIJob succeeds",)),
     *(Feature(f"multi-node:{operation}", multi_node(operation), GPU_EFA, ("MPIJob succeeds",))
       for operation in UPSTREAM_NCCL_TESTS),
@@ -288,7 +288,7 @@ def hpc_benchmarks(t: TestContext) -> None:
                           + (check.group(0) if check else "no '||Ax-b|| ... PASSED' line in the log"))
 
 
-SUITE.features("TestSingleNodeUnitTest", [
+SUITE.features("TestSingleNodeUnitTest", upstream=True, features=[
     Feature("unit-test", unit_test, GPU, ("Unit test Job succeeds",)),
     Feature("hpc-benckmarks", hpc_benchmarks, GPU, ("HPC test Job succeeds",)),
 ])
@@ -321,7 +321,7 @@ APT_CAPABILITIES = (
 )
 
 
-@SUITE.test("TestNvidiaDriverCapabilities", feature="nvidia-driver-capabilities-check", labels=NVIDIA,
+@SUITE.test("TestNvidiaDriverCapabilities", upstream=True, feature="nvidia-driver-capabilities-check", labels=NVIDIA,
             assessments=("Check Pod becomes ready",))
 def test_nvidia_driver_capabilities(t: TestContext) -> None:
     """With NVIDIA_DRIVER_CAPABILITIES=all a pod loads every driver capability (ModernGL over EGL);
@@ -347,7 +347,8 @@ nv-hostengine --term >/dev/null 2>&1 || true
 DCGM_CAPABILITIES = ("SYS_ADMIN",)
 
 
-@SUITE.test("TestDcgmDiagnostics", feature="dcgm-diag", labels=GPU, assessments=("DCGM diagnostic passes",))
+@SUITE.test("TestDcgmDiagnostics", upstream=True, feature="dcgm-diag", labels=GPU,
+            assessments=("DCGM diagnostic passes",))
 def test_dcgm_diagnostics(t: TestContext) -> None:
     """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level>`, up to hours): skipped unless
     --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its GPUs, in
@@ -420,7 +421,7 @@ tail -f /dev/null
 """
 
 
-@SUITE.test("TestContainerdConfig", feature="containerd-config-check", labels=NVIDIA,
+@SUITE.test("TestContainerdConfig", upstream=True, feature="containerd-config-check", labels=NVIDIA,
             assessments=("DaemonSet becomes ready",))
 def test_containerd_config(t: TestContext) -> None:
     """A DaemonSet reads each node's /etc/containerd/config.toml; it must be Ready on every node and
@@ -605,10 +606,10 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
     return run
 
 
-SUITE.features("TestTimeSlicing", [
+SUITE.features("TestTimeSlicing", upstream=True, features=[
     Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU, ("GPU shared by time-slicing",)),
 ])
-SUITE.features("TestMPS", [
+SUITE.features("TestMPS", upstream=True, features=[
     Feature("mps", gpu_sharing(MPS), GPU, ("GPU shared through MPS",)),
 ])
 

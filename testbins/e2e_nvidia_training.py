@@ -73,7 +73,8 @@ def bert_workload(cfg: Config) -> Workload:
                     image=image, launcher=launcher)
 
 
-@SUITE.test("TestBertTraining", feature="bert-training", labels=GPU, assessments=("BERT training Job succeeds",))
+@SUITE.test("TestBertTraining", upstream=True, feature="bert-training", labels=GPU,
+            assessments=("BERT training Job succeeds",))
 def test_bert_training(t: TestContext) -> None:
     """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank and against
     the node type's minimum."""

@@ -116,6 +116,8 @@ def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(nodes: LocalCluster,
                 "TestSingleNodeUnitTest", "TestSingleNodeUnitTest/unit-test", "TestSingleNodeUnitTest/hpc-benckmarks",
                 "TestNvidiaDriverCapabilities", "TestContainerdConfig"}
     assert upstream <= set(cases), sorted(cases)
+    # upstream's name without -test.run: upstream's tests alone, none of this project's
+    assert not {"TestNCCLAllReduce", "TestNCCLTests", "TestGPUCapacity", "TestNodePairs"} & set(cases), sorted(cases)
     # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
     failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
     assert set(cases) >= OPT_IN_TESTS, sorted(cases)
