@@ -24,6 +24,7 @@ from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, busbw_baseline, record_verdict
+from harness.jobs.images import image
 from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -110,7 +111,7 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
     workload = Workload(
         sweep.job_name, binary=f"{NCCL_TESTS_DIR}/{sweep.operation}",
         args=("-b", "8", "-e", sweep.max_bytes, "-f", "2", "-c", "1", "-n", "10"),
-        image=t.cfg.nccl_tests_image, launcher="mpi", nodes=sweep.nodes,
+        image=image(t, "nccl_tests_image"), launcher="mpi", nodes=sweep.nodes,
         extra_env={"NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": str(sweep.buffsize),
                    **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {})})
     job = launch(t, workload)
@@ -193,7 +194,7 @@ def single_node(t: TestContext) -> None:
     example's `Test set: ... Accuracy` line."""
     require_gpus(t)
     job = launch(t, Workload("pytorch-training-single-node", binary="python", args=("-c", UPSTREAM_MNIST),
-                             image=t.cfg.pytorch_image, launcher="per-node", nodes=1,
+                             image=image(t, "pytorch_image"), launcher="per-node", nodes=1,
                              extra_env={"NCCL_DEBUG": "INFO"}))
     job.wait_succeeded()
     found = first_match(job, MNIST_TEST_LINE)
@@ -234,7 +235,7 @@ def unit_test(t: TestContext) -> None:
     env = {"SKIP_TESTS_SUBCOMMAND": t.cfg.skip_unit_test_subcommand or "", "DEMO_SUITE_DIR": "/usr/bin",
            "EC2_INSTANCE_TYPE": t.topology.node_type}
     job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("./gpu_unit_tests/unit_test",),
-                             image=t.cfg.nccl_tests_image, launcher="per-node", nodes=1, extra_env=env))
+                             image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env))
     job.wait_succeeded()
     verdicts = [(m["test"], "skip" if m["skip"] else m["verdict"]) for entry in job.capture_logs()
                 if not entry.previous and entry.path.exists() for m in map(TAP_LINE.match, read_lines(entry.path)) if m]
@@ -363,7 +364,7 @@ def test_dcgm_diagnostics(t: TestContext) -> None:
         raise TestFailure(f"--dcgmDiagTimeoutMinutes={minutes}: at least 2 (the Job's deadline sits a minute "
                           "inside the wait)")
     t.property("dcgm.level", level)
-    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=t.cfg.dcgm_image,
+    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=image(t, "dcgm_image"),
                              launcher="per-node", extra_env={"DCGM_DIAG_LEVEL": level},
                              capabilities=DCGM_CAPABILITIES, timeout=minutes * 60.0,
                              deadline_seconds=(minutes - 1) * 60))
@@ -450,7 +451,7 @@ def test_gpu_capacity(t: TestContext) -> None:
     if t.cfg.accelerator == "cpu":
         t.skip("no GPUs to check with ACCELERATOR=cpu")
     record_verdict(t, judge_advertised(t.topology))
-    listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=t.cfg.nccl_tests_image,
+    listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=image(t, "nccl_tests_image"),
                                  launcher="per-node"))
     listing.wait_succeeded()
     seen = [(log.pod, log.node, gpus_listed(log)) for log in listing.capture_logs()]
@@ -473,7 +474,7 @@ def pair_workload(t: TestContext, job_name: str, nodes: Group) -> Workload:
         args = ("--size", "tiny", "-b", PAIR_BYTES, "-e", PAIR_BYTES, "--seconds", str(PAIR_SECONDS))
         return Workload(job_name, "workloads.allreduce", args, on_nodes=nodes)
     return Workload(job_name, binary=f"{NCCL_TESTS_DIR}/all_reduce_perf",
-                    args=("-b", "8", "-e", "1G", "-f", "2", "-c", "1", "-n", "10"), image=t.cfg.nccl_tests_image,
+                    args=("-b", "8", "-e", "1G", "-f", "2", "-c", "1", "-n", "10"), image=image(t, "nccl_tests_image"),
                     launcher="mpi", on_nodes=nodes, extra_env={"NCCL_DEBUG": "WARN"})
 
 
@@ -564,6 +565,7 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
             raise TestFailure(f"{flag} needs --installDevicePlugin=true and ACCELERATOR=nvidia (got "
                               f"--installDevicePlugin={str(t.cfg.install_device_plugin).lower()}, ACCELERATOR="
                               f"{t.cfg.accelerator}): the test reconfigures the device plugin this run installs")
+        pod_image = image(t, "nccl_tests_image")  # before the device plugin is reconfigured
         replicas = t.cfg.gpu_sharing_replicas
         physical = {node.name: node.gpus for node in t.topology.nodes}
         t.property("gpu_sharing.mode", mode.name)
@@ -586,7 +588,7 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         node = t.topology.node_names[0]
         pods = physical[node] * replicas
         job = launch(t, Workload(f"gpu-sharing-{mode.name}", binary="sh", args=("-c", SHARING_SCRIPT),
-                                 image=t.cfg.nccl_tests_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
+                                 image=pod_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
         sharing.workload = (job.namespace, job.selector)
         job.wait_succeeded()
         logs = [entry for entry in job.capture_logs() if not entry.previous]

@@ -31,6 +31,7 @@ from harness.config.values import (
     parse_duration,
     parse_fraction,
     parse_image,
+    parse_image_or_empty,
     parse_key_values,
     parse_label_filter,
     parse_non_negative,
@@ -213,7 +214,7 @@ class Config:
     bert_training_image: str | None = setting(
         "image of TestBertTraining alone (upstream's flag): one without the workloads package (upstream's BERT "
         "image) runs its own `python train.py` under mpirun, as upstream's test does; unset: TRAINING_IMAGE",
-        parse_image, "an image reference", env="BERT_TRAINING_IMAGE", flags=("bertTrainingImage",))
+        parse_image_or_empty, "an image reference", env="BERT_TRAINING_IMAGE", flags=("bertTrainingImage",))
     training_command: tuple[str, ...] | None = setting(
         "command every training process runs instead of `python -m workloads.<name> ...`, for an image "
         "without the workloads package (upstream's BERT image: `python train.py`); TestBertTraining only",
@@ -222,7 +223,7 @@ class Config:
                                  parse_image, "an image reference", env="PYTORCH_IMAGE", flags=("pytorchImage",),
                                  default=UPSTREAM_PYTORCH_IMAGE)
     nccl_tests_image: str = setting("image with nccl-tests, OpenMPI and upstream's gpu_unit_tests",
-                                    parse_image, "an image reference", env="NCCL_TESTS_IMAGE",
+                                    parse_image_or_empty, "an image reference", env="NCCL_TESTS_IMAGE",
                                     flags=("nvidiaTestImage",), default=NCCL_TESTS_IMAGE)
     skip_unit_test_subcommand: str | None = setting("passed to upstream's gpu_unit_tests as SKIP_TESTS_SUBCOMMAND "
                                                     "(TestSingleNodeUnitTest)", parse_text, "text",

@@ -27,6 +27,7 @@ from harness.config.topology import NodeInfo
 from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
 from harness.framework.context import RunContext, TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
+from harness.jobs.images import image
 from harness.jobs.job_metrics import LogScans, job_metrics
 from harness.jobs.launchers import LAUNCHERS, Launcher, rank_locations
 from harness.jobs.no_gpu import explain_no_gpu
@@ -379,6 +380,8 @@ def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_L
     before anything is applied."""
     started = time.monotonic()
     launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
+    if workload.image is None:  # TRAINING_IMAGE's; the others were checked where the test named them
+        image(t, "training_image")
     ensure_launcher_api(t.session, launcher, t.name)
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
