@@ -6,8 +6,8 @@ TestSingleNodeUnitTest (unit-test, hpc-benckmarks: upstream's spelling), TestNvi
 TestContainerdConfig; each runs what upstream runs, waits failing fast, and judges more than the
 job's success where its output says more. Ours: TestNCCLAllReduce, TestNCCLTests, TestGPUCapacity,
 TestNodePairs (all-reduce between pairs of nodes in two passes: the slow node named). Upstream's opt-in
-GPU sharing (--timeSlicingEnabled, --mpsEnabled; its test names are not known here): TestTimeSlicing
-(feature time-slicing) and TestMPS (feature mps).
+GPU sharing (--timeSlicingEnabled, --mpsEnabled; upstream's names): TestTimeSlicing
+(feature time-slicing) and TestMps (feature mps; TestMPS still selects it).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from harness.cluster.logs import CapturedLog
 from harness.cluster.pods import run_interval
 from harness.cluster.resources import NODE
 from harness.cluster.wait import wait_for
+from harness.config.settings import Config, Source
 from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
@@ -228,6 +229,16 @@ SUITE.features("TestMPIJobPytorchTraining", upstream=True, features=[
 TAP_LINE = re.compile(r"^(?P<verdict>ok|not ok) - (?P<test>\S+)(?P<skip>.*# skip)?")
 
 
+# upstream's wait for the unit-test Job (#766: nvbandwidth alone takes about 39 minutes on p3.16xlarge).
+UNIT_TEST_WAIT_SECONDS = 60 * 60.0
+
+
+def unit_test_wait(cfg: Config) -> float:
+    """upstream's 60 minutes, unless JOB_TIMEOUT was set (flag or env): JOB_TIMEOUT's 20-minute default
+    kills the suite on 8-GPU nodes. The per-node Job's deadline follows it (a minute past the wait)."""
+    return cfg.job_timeout if cfg.origin("job_timeout").source is not Source.DEFAULT else UNIT_TEST_WAIT_SECONDS
+
+
 def unit_test(t: TestContext) -> None:
     """upstream's unit-test: gpu_unit_tests (deviceQuery, vectorAdd, nvbandwidth, DCGM diagnostics,
     system info) in --nvidiaTestImage on one node; each unit test's verdict recorded."""
@@ -235,7 +246,8 @@ def unit_test(t: TestContext) -> None:
     env = {"SKIP_TESTS_SUBCOMMAND": t.cfg.skip_unit_test_subcommand or "", "DEMO_SUITE_DIR": "/usr/bin",
            "EC2_INSTANCE_TYPE": t.topology.node_type}
     job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("./gpu_unit_tests/unit_test",),
-                             image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env))
+                             image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env,
+                             timeout=unit_test_wait(t.cfg)))
     job.wait_succeeded()
     verdicts = [(m["test"], "skip" if m["skip"] else m["verdict"]) for entry in job.capture_logs()
                 if not entry.previous and entry.path.exists() for m in map(TAP_LINE.match, read_lines(entry.path)) if m]
@@ -538,7 +550,7 @@ def test_node_pairs(t: TestContext) -> None:
         t.run(result.node, node_case(result))
 
 
-# TestTimeSlicing and TestMPS (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
+# TestTimeSlicing and TestMps (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
 # the device plugin this run installed shares each GPU GPU_SHARING_REPLICAS times
 # (harness/setup/gpu_sharing.py), one node is filled with pods of one GPU each, all at once, and
 # harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods name
@@ -551,6 +563,12 @@ SHARING_FLAGS = {TIME_SLICING.name: "--timeSlicingEnabled", MPS.name: "--mpsEnab
 
 def sharing_enabled(t: TestContext, mode: SharingMode) -> bool:
     return t.cfg.mps_enabled if mode.mps else t.cfg.time_slicing_enabled
+
+
+def sharing_replicas(cfg: Config, mode: SharingMode) -> int:
+    """--mpsReplicas / --timeSlicingReplicas (upstream's), else GPU_SHARING_REPLICAS."""
+    own = cfg.mps_replicas if mode.mps else cfg.time_slicing_replicas
+    return own if own is not None else cfg.gpu_sharing_replicas
 
 
 def gpu_sharing(mode: SharingMode) -> TestFunc:
@@ -566,7 +584,7 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
                               f"--installDevicePlugin={str(t.cfg.install_device_plugin).lower()}, ACCELERATOR="
                               f"{t.cfg.accelerator}): the test reconfigures the device plugin this run installs")
         pod_image = image(t, "nccl_tests_image")  # before the device plugin is reconfigured
-        replicas = t.cfg.gpu_sharing_replicas
+        replicas = sharing_replicas(t.cfg, mode)
         physical = {node.name: node.gpus for node in t.topology.nodes}
         t.property("gpu_sharing.mode", mode.name)
         t.property("gpu_sharing.replicas", replicas)
@@ -611,7 +629,8 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
 SUITE.features("TestTimeSlicing", upstream=True, features=[
     Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU, ("GPU shared by time-slicing",)),
 ])
-SUITE.features("TestMPS", upstream=True, features=[
+# upstream's name is TestMps (#817); TestMPS, this project's earlier name, still selects it.
+SUITE.features("TestMps", upstream=True, aliases=("TestMPS",), features=[
     Feature("mps", gpu_sharing(MPS), GPU, ("GPU shared through MPS",)),
 ])
 

@@ -284,14 +284,20 @@ class Config:
         "--installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
         env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
     mps_enabled: bool = setting(
-        "run TestMPS (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
+        "run TestMps (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
         "each GPU through an MPS control daemon (GPU_SHARING_REPLICAS), checked, and restored (compute mode "
         "reset); needs --installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
         env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
     gpu_sharing_replicas: int = setting(
-        "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMPS (its `replicas`); "
-        "at least 2 (1 shares nothing)", parse_replicas, "a whole number >= 2", env="GPU_SHARING_REPLICAS",
-        default=4)
+        "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMps (its `replicas`) "
+        "unless --timeSlicingReplicas / --mpsReplicas says; at least 2 (1 shares nothing)", parse_replicas,
+        "a whole number >= 2", env="GPU_SHARING_REPLICAS", default=4)
+    time_slicing_replicas: int | None = setting(
+        "TestTimeSlicing's replicas per GPU (upstream's flag, #813: at least 2); unset: GPU_SHARING_REPLICAS",
+        parse_replicas, "a whole number >= 2", env="TIME_SLICING_REPLICAS", flags=("timeSlicingReplicas",))
+    mps_replicas: int | None = setting(
+        "TestMps's replicas per GPU (upstream's flag, #817: at least 2); unset: GPU_SHARING_REPLICAS",
+        parse_replicas, "a whole number >= 2", env="MPS_REPLICAS", flags=("mpsReplicas",))
     install_device_plugin: bool = setting("install the NVIDIA device plugin (pinned, manifests/addons) unless "
                                           "its DaemonSet exists, wait for it on the nodes, remove it at the end; "
                                           "never with ACCELERATOR=cpu", parse_bool, "true or false",

@@ -48,6 +48,8 @@ class TestCase:
     needs_cluster: bool = True
     # One of upstream aws-k8s-tester's tests: the only ones its binary names run by default.
     upstream: bool = False
+    # Earlier names that -test.run, -test.skip and -test.list still select it by (TestMPS for TestMps).
+    aliases: tuple[str, ...] = ()
     __test__ = False  # not a pytest test class
 
     @property
@@ -90,11 +92,11 @@ class Suite:
         return register
 
     def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True,
-                 upstream: bool = False) -> None:
+                 upstream: bool = False, aliases: tuple[str, ...] = ()) -> None:
         """Register a test made of several features, each run as the subtest `name/<feature>`."""
         if any(test.name == name for test in self.tests):
             raise ValueError(f"suite {self.binary}: two tests named {name}")
-        self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream))
+        self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream, aliases))
 
     def as_invoked(self, called: str, pattern: str | None) -> Suite:
         """The suite as the name it was called by offers it. Under upstream's names (`aliases`) an
@@ -103,7 +105,8 @@ class Suite:
         explicitly (see names_explicitly). Under our own name, every test."""
         if called not in self.aliases:
             return self
-        kept = [test for test in self.tests if test.upstream or names_explicitly(pattern or "", test.name)]
+        kept = [test for test in self.tests if test.upstream
+                or any(names_explicitly(pattern or "", name) for name in (test.name, *test.aliases))]
         return replace(self, tests=kept, invoked_as=called)
 
     @property
@@ -210,16 +213,24 @@ class Selector:
 
     def matches(self, full_name: str) -> bool:
         """Whether a test or subtest (`TestX/sub`) is selected by -test.run and -test.skip."""
+        return self._runs(full_name) and not self._skips(full_name)
+
+    def _runs(self, full_name: str) -> bool:
         names = full_name.split("/")
-        if not all(pattern.search(name) for name, pattern in zip(names, self.run, strict=False)):
-            return False
-        skipped = bool(self.skip) and len(names) >= len(self.skip) and all(
+        return all(pattern.search(name) for name, pattern in zip(names, self.run, strict=False))
+
+    def _skips(self, full_name: str) -> bool:
+        names = full_name.split("/")
+        return bool(self.skip) and len(names) >= len(self.skip) and all(
             pattern.search(name) for name, pattern in zip(names, self.skip, strict=False))
-        return not skipped
 
     def selects_feature(self, test: TestCase, feature: Feature) -> bool:
-        """Go's rules on `TestX/<feature>`, then e2e-framework's on the feature itself."""
-        if not self.matches(test.name) or not self.matches(f"{test.name}/{feature.name}"):
+        """Go's rules on `TestX/<feature>` (under the test's name or an alias: selected by one, not
+        skipped by any), then e2e-framework's on the feature itself."""
+        names = (test.name, *test.aliases)
+        if not any(self._runs(name) and self._runs(f"{name}/{feature.name}") for name in names):
+            return False
+        if any(self._skips(name) or self._skips(f"{name}/{feature.name}") for name in names):
             return False
         if self.feature and not self.feature.search(feature.name):
             return False
@@ -256,7 +267,7 @@ class Selected:
 def listed(suite: Suite, pattern: str) -> list[str]:
     """-test.list: the names of the tests matching `pattern` (top level only, like Go)."""
     compiled = re.compile(pattern)
-    return [test.name for test in suite.tests if compiled.search(test.name)]
+    return [test.name for test in suite.tests if any(compiled.search(n) for n in (test.name, *test.aliases))]
 
 
 def describe_selection(cfg: Config) -> str:

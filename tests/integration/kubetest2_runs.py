@@ -15,7 +15,7 @@ from harness.config.settings import NCCL_TESTS_IMAGE, WORKLOADS_IMAGE
 from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 
 # e2e-nvidia's opt-in tests (upstream's flags turn them on): a run without those flags skips them.
-OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMPS"})
+OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMps"})
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CANNED_LOG_ANNOTATION = f"{INJECT}canned-log"
 # Real runs here put two healthy ranks on the same 2 shared cores, whose speed varies 25-50% from

@@ -15,7 +15,7 @@ from testbins.e2e_nvidia_training import SUITE as TRAINING
 
 # Upstream aws-k8s-tester's tests (test/cases/nvidia and nvidia-training; shared/REFERENCE.md §9).
 UPSTREAM_NVIDIA = ["TestMPIJobPytorchTraining", "TestSingleNodeUnitTest", "TestNvidiaDriverCapabilities",
-                   "TestDcgmDiagnostics", "TestContainerdConfig", "TestTimeSlicing", "TestMPS"]
+                   "TestDcgmDiagnostics", "TestContainerdConfig", "TestTimeSlicing", "TestMps"]
 UPSTREAM_TRAINING = ["TestBertTraining"]
 
 
