@@ -121,7 +121,8 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
 
     def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
         verdict = judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw)
-        if efa and sweep.requires_gdrdma:
+        # upstream's: judged only with --efaEnabled=true (its default false checks nothing about EFA)
+        if t.cfg.efa_enabled and sweep.requires_gdrdma:
             verdict.add(check_gdrdma(t, job.capture_logs()))
         return verdict
 

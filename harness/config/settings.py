@@ -203,9 +203,11 @@ class Config:
                                         "a whole number >= 0", env="GPUS_PER_NODE")
     efa_per_node: int | None = setting("EFA devices per node; unset: the nodes' vpc.amazonaws.com/efa "
                                        "capacity", parse_non_negative, "a whole number >= 0", env="EFA_PER_NODE")
-    efa_enabled: bool | None = setting("require EFA (true: also installs the EFA device plugin unless present) "
-                                       "or use none (false); unset: use what nodes advertise", parse_bool,
-                                       "true or false", flags=("efaEnabled",), is_bool_flag=True)
+    efa_enabled: bool = setting("upstream's meaning: true requires EFA (installs the EFA device plugin unless "
+                                "present; nodes must advertise it; a multi-node job's NCCL must use it, GDRDMA "
+                                "judged on upstream's RDMA-read types); false judges nothing about EFA. Either "
+                                "way jobs request the EFA devices the nodes advertise (EFA_PER_NODE=0: none)",
+                                parse_bool, "true or false", flags=("efaEnabled",), is_bool_flag=True, default=False)
     accelerator: str = setting("nvidia (NCCL, GPU requests) or cpu (gloo, no GPU requests)",
                                choice("nvidia", "cpu"), "nvidia or cpu", env="ACCELERATOR", default="nvidia")
     training_image: str = setting("image of the training workloads (every training test; TestBertTraining's "
