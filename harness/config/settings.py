@@ -231,6 +231,12 @@ class Config:
                                                     "(TestSingleNodeUnitTest)", parse_text, "text",
                                                     env="SKIP_UNIT_TEST_SUBCOMMAND",
                                                     flags=("skipUnitTestSubcommand",))
+    image_pull_policy: str = setting(
+        "the workload pods' imagePullPolicy: upstream (upstream's: Always for a tag, so a reused node never runs "
+        "a stale mutable tag; IfNotPresent for a digest, which cannot change), Always, IfNotPresent or Never. "
+        "The local cluster imports images without a registry: hack/main-job and the integration tests set "
+        "IfNotPresent", choice("upstream", "Always", "IfNotPresent", "Never"),
+        "upstream, Always, IfNotPresent or Never", env="IMAGE_PULL_POLICY", default="upstream")
     launcher: str = setting("torchrun (Indexed Job + headless Service), mpi (MPIJob) or trainjob (Kubeflow "
                             "Trainer v2 TrainJob on JobSet)", choice("torchrun", "mpi", "trainjob"),
                             "torchrun, mpi or trainjob", env="LAUNCHER", default="torchrun")

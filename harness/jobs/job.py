@@ -91,7 +91,7 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
         efa_per_node=efa_request(t, nodes), accelerator=cfg.accelerator, image=cfg.training_image,
         job_timeout=workload.timeout or cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
-        trainjob_runtime=cfg.trainjob_runtime,
+        trainjob_runtime=cfg.trainjob_runtime, image_pull_policy=cfg.image_pull_policy,
         **smallest_allocatable(topology.nodes, nodes))
 
 

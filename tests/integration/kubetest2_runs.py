@@ -57,8 +57,10 @@ def kubetest2_command(cluster: LocalCluster, artifacts: Path, tester: str, *args
     the local cluster run them for real, judging stragglers as SHARED_HOST_STRAGGLER_ENV says.
     """
     # The local cluster has the project's images imported: set, as a user of upstream's names must
-    # (under nvidia.test a default project image fails at once: harness/jobs/images.py).
+    # (under nvidia.test a default project image fails at once: harness/jobs/images.py), and from no
+    # registry: IfNotPresent, not upstream's Always.
     full_env = {"TRAINING_IMAGE": WORKLOADS_IMAGE, "NCCL_TESTS_IMAGE": NCCL_TESTS_IMAGE,
+                "IMAGE_PULL_POLICY": "IfNotPresent",
                 **os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
                 "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **({} if canned else SHARED_HOST_STRAGGLER_ENV),
                 **(env or {})}
