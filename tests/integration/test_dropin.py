@@ -167,6 +167,20 @@ def test_a_selection_that_matches_nothing_fails_through_kubetest2(cluster: Local
     assert allowed.returncode == 0 and "testing: warning: no tests to run" in allowed.stdout
 
 
+def test_an_empty_image_flag_fails_the_test_at_once_naming_it(nodes: LocalCluster, tmp_path: Path):
+    """upstream's rule: `--nvidiaTestImage=` fails the test that needs it at once (no pod, no pull wait)."""
+    nodes.set_nodes("p5", 2, efa=32)
+    artifacts = tmp_path / "artifacts"
+    started = time.monotonic()
+    done = kubetest2(nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestSingleNodeUnitTest$/unit-test",
+                     "--nvidiaTestImage=", "--nodeType=p5.48xlarge", env=NVIDIA_SUITE)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestSingleNodeUnitTest/unit-test"].result
+    assert "--nvidiaTestImage (or NCCL_TESTS_IMAGE) is empty" in (failure.message or ""), failure.message
+    assert not (artifacts / "e2e-nvidia" / "TestSingleNodeUnitTest" / "unit-test" / "manifests").exists()
+    assert time.monotonic() - started < 120
+
+
 def test_a_device_plugin_already_there_is_neither_reapplied_nor_removed(nodes: LocalCluster, tmp_path: Path):
     nodes.set_nodes("gpu", 2)
     apps = client.AppsV1Api(nodes.api)
