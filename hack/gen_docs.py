@@ -112,7 +112,7 @@ CATALOGUE: dict[str, Entry] = {
         "pods of one GPU each, then everything restored (opt-in, upstream's #813 under a name of ours)",
         ("gpu_sharing.advertised", "gpu_sharing.overlap", "gpu_sharing.uuids"),
         ("TIME_SLICING_ENABLED", "GPU_SHARING_REPLICAS", "INSTALL_DEVICE_PLUGIN")),
-    "TestMPS": Entry(
+    "TestMps": Entry(
         "upstream", "the same through the NVIDIA MPS control daemon (opt-in, upstream's #817 under a name of ours)",
         ("gpu_sharing.advertised", "gpu_sharing.overlap", "gpu_sharing.uuids", "gpu_sharing.compute_mode"),
         ("MPS_ENABLED", "GPU_SHARING_REPLICAS", "INSTALL_DEVICE_PLUGIN")),
@@ -335,7 +335,7 @@ def tests_page() -> str:
     lines += _tests_section(e2e_nvidia_training.SUITE, "Training tests: `TestElasticRecovery` skips under "
                             "`LAUNCHER=mpi` and on fewer than 2 nodes.")
     lines += _tests_section(e2e_nvidia.SUITE, "GPU and interconnect tests. `TestDcgmDiagnostics`, "
-                            "`TestTimeSlicing` and `TestMPS` are opt-in and skip, naming the flag, unless enabled.")
+                            "`TestTimeSlicing` and `TestMps` are opt-in and skip, naming the flag, unless enabled.")
     lines += _threshold_lines()
     return "\n".join(lines) + "\n"
 

@@ -46,12 +46,14 @@ RELAYED_SIGNAL_SECONDS = 2.0
 METADATA = {"tester-version": f"kubetest2-training {__version__}", "kubetest2-training-version": __version__}
 
 
-def main(suite: Suite, argv: Sequence[str] | None = None) -> int:
-    """Run a suite's command line; returns the exit code."""
+def main(suite: Suite, argv: Sequence[str] | None = None, called: str | None = None) -> int:
+    """Run a suite's command line; returns the exit code. `called`: the name the binary was called
+    by (default: argv[0]'s): upstream's names (suite.aliases) run upstream's tests by default."""
     args = list(sys.argv[1:] if argv is None else argv)
+    called = called if called is not None else (Path(sys.argv[0]).name if argv is None else suite.binary)
     # Answered before anything else is imported or resolved: kubetest2 probes `--help` each run.
     if wants_help(args):
-        sys.stdout.write(suite.usage())
+        sys.stdout.write(suite.as_invoked(called, None).usage(suite))
         return EXIT_PASS
     try:
         cfg = resolve(parse_args(args))
@@ -64,9 +66,10 @@ def main(suite: Suite, argv: Sequence[str] | None = None) -> int:
     configure_logging(cfg.klog_v)
     warn_about_ignored_flags(suite.binary, cfg)
     if cfg.test_list is not None:
-        for name in listed(suite, cfg.test_list):
+        for name in listed(suite.as_invoked(called, cfg.test_list), cfg.test_list):
             print(name)
         return EXIT_PASS
+    suite = suite.as_invoked(called, cfg.test_run)
     artifacts = Path(cfg.artifacts)
     try:
         ensure_writable(artifacts, cfg.origin("artifacts"))  # before the cluster is contacted
@@ -165,7 +168,7 @@ class Runner:
         self.cfg = cfg
         self.cancel = CancelToken()
         self.session = RunContext(suite.binary, cfg, Path(cfg.artifacts), self.cancel, Output(cfg.test_v),
-                               Selector.from_config(cfg))
+                               Selector.from_config(cfg), invoked_as=suite.invoked_as)
         self._signals: list[float] = []
         self._timed_out: str | None = None
 

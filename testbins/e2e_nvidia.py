@@ -6,8 +6,8 @@ TestSingleNodeUnitTest (unit-test, hpc-benckmarks: upstream's spelling), TestNvi
 TestContainerdConfig; each runs what upstream runs, waits failing fast, and judges more than the
 job's success where its output says more. Ours: TestNCCLAllReduce, TestNCCLTests, TestGPUCapacity,
 TestNodePairs (all-reduce between pairs of nodes in two passes: the slow node named). Upstream's opt-in
-GPU sharing (--timeSlicingEnabled, --mpsEnabled; its test names are not known here): TestTimeSlicing
-(feature time-slicing) and TestMPS (feature mps).
+GPU sharing (--timeSlicingEnabled, --mpsEnabled; upstream's names): TestTimeSlicing
+(feature time-slicing) and TestMps (feature mps; TestMPS still selects it).
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from harness.cluster.logs import CapturedLog
 from harness.cluster.pods import run_interval
 from harness.cluster.resources import NODE
 from harness.cluster.wait import wait_for
+from harness.config.settings import Config, Source
 from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, busbw_baseline, record_verdict
+from harness.jobs.images import image
 from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -110,7 +112,7 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
     workload = Workload(
         sweep.job_name, binary=f"{NCCL_TESTS_DIR}/{sweep.operation}",
         args=("-b", "8", "-e", sweep.max_bytes, "-f", "2", "-c", "1", "-n", "10"),
-        image=t.cfg.nccl_tests_image, launcher="mpi", nodes=sweep.nodes,
+        image=image(t, "nccl_tests_image"), launcher="mpi", nodes=sweep.nodes,
         extra_env={"NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": str(sweep.buffsize),
                    **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {})})
     job = launch(t, workload)
@@ -119,7 +121,8 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
 
     def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
         verdict = judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw)
-        if efa and sweep.requires_gdrdma:
+        # upstream's: judged only with --efaEnabled=true (its default false checks nothing about EFA)
+        if t.cfg.efa_enabled and sweep.requires_gdrdma:
             verdict.add(check_gdrdma(t, job.capture_logs()))
         return verdict
 
@@ -193,7 +196,7 @@ def single_node(t: TestContext) -> None:
     example's `Test set: ... Accuracy` line."""
     require_gpus(t)
     job = launch(t, Workload("pytorch-training-single-node", binary="python", args=("-c", UPSTREAM_MNIST),
-                             image=t.cfg.pytorch_image, launcher="per-node", nodes=1,
+                             image=image(t, "pytorch_image"), launcher="per-node", nodes=1,
                              extra_env={"NCCL_DEBUG": "INFO"}))
     job.wait_succeeded()
     found = first_match(job, MNIST_TEST_LINE)
@@ -216,7 +219,7 @@ def first_match(job: Job, pattern: re.Pattern[str]) -> re.Match[str] | None:
     return None
 
 
-SUITE.features("TestMPIJobPytorchTraining", [
+SUITE.features("TestMPIJobPytorchTraining", upstream=True, features=[
     Feature("single-node", single_node, GPU, ("MPIJob succeeds",)),
     *(Feature(f"multi-node:{operation}", multi_node(operation), GPU_EFA, ("MPIJob succeeds",))
       for operation in UPSTREAM_NCCL_TESTS),
@@ -227,6 +230,16 @@ SUITE.features("TestMPIJobPytorchTraining", [
 TAP_LINE = re.compile(r"^(?P<verdict>ok|not ok) - (?P<test>\S+)(?P<skip>.*# skip)?")
 
 
+# upstream's wait for the unit-test Job (#766: nvbandwidth alone takes about 39 minutes on p3.16xlarge).
+UNIT_TEST_WAIT_SECONDS = 60 * 60.0
+
+
+def unit_test_wait(cfg: Config) -> float:
+    """upstream's 60 minutes, unless JOB_TIMEOUT was set (flag or env): JOB_TIMEOUT's 20-minute default
+    kills the suite on 8-GPU nodes. The per-node Job's deadline follows it (a minute past the wait)."""
+    return cfg.job_timeout if cfg.origin("job_timeout").source is not Source.DEFAULT else UNIT_TEST_WAIT_SECONDS
+
+
 def unit_test(t: TestContext) -> None:
     """upstream's unit-test: gpu_unit_tests (deviceQuery, vectorAdd, nvbandwidth, DCGM diagnostics,
     system info) in --nvidiaTestImage on one node; each unit test's verdict recorded."""
@@ -234,7 +247,8 @@ def unit_test(t: TestContext) -> None:
     env = {"SKIP_TESTS_SUBCOMMAND": t.cfg.skip_unit_test_subcommand or "", "DEMO_SUITE_DIR": "/usr/bin",
            "EC2_INSTANCE_TYPE": t.topology.node_type}
     job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("./gpu_unit_tests/unit_test",),
-                             image=t.cfg.nccl_tests_image, launcher="per-node", nodes=1, extra_env=env))
+                             image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env,
+                             timeout=unit_test_wait(t.cfg)))
     job.wait_succeeded()
     verdicts = [(m["test"], "skip" if m["skip"] else m["verdict"]) for entry in job.capture_logs()
                 if not entry.previous and entry.path.exists() for m in map(TAP_LINE.match, read_lines(entry.path)) if m]
@@ -288,7 +302,7 @@ def hpc_benchmarks(t: TestContext) -> None:
                           + (check.group(0) if check else "no '||Ax-b|| ... PASSED' line in the log"))
 
 
-SUITE.features("TestSingleNodeUnitTest", [
+SUITE.features("TestSingleNodeUnitTest", upstream=True, features=[
     Feature("unit-test", unit_test, GPU, ("Unit test Job succeeds",)),
     Feature("hpc-benckmarks", hpc_benchmarks, GPU, ("HPC test Job succeeds",)),
 ])
@@ -321,7 +335,7 @@ APT_CAPABILITIES = (
 )
 
 
-@SUITE.test("TestNvidiaDriverCapabilities", feature="nvidia-driver-capabilities-check", labels=NVIDIA,
+@SUITE.test("TestNvidiaDriverCapabilities", upstream=True, feature="nvidia-driver-capabilities-check", labels=NVIDIA,
             assessments=("Check Pod becomes ready",))
 def test_nvidia_driver_capabilities(t: TestContext) -> None:
     """With NVIDIA_DRIVER_CAPABILITIES=all a pod loads every driver capability (ModernGL over EGL);
@@ -347,7 +361,8 @@ nv-hostengine --term >/dev/null 2>&1 || true
 DCGM_CAPABILITIES = ("SYS_ADMIN",)
 
 
-@SUITE.test("TestDcgmDiagnostics", feature="dcgm-diag", labels=GPU, assessments=("DCGM diagnostic passes",))
+@SUITE.test("TestDcgmDiagnostics", upstream=True, feature="dcgm-diag", labels=GPU,
+            assessments=("DCGM diagnostic passes",))
 def test_dcgm_diagnostics(t: TestContext) -> None:
     """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level>`, up to hours): skipped unless
     --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its GPUs, in
@@ -362,7 +377,7 @@ def test_dcgm_diagnostics(t: TestContext) -> None:
         raise TestFailure(f"--dcgmDiagTimeoutMinutes={minutes}: at least 2 (the Job's deadline sits a minute "
                           "inside the wait)")
     t.property("dcgm.level", level)
-    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=t.cfg.dcgm_image,
+    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=image(t, "dcgm_image"),
                              launcher="per-node", extra_env={"DCGM_DIAG_LEVEL": level},
                              capabilities=DCGM_CAPABILITIES, timeout=minutes * 60.0,
                              deadline_seconds=(minutes - 1) * 60))
@@ -420,7 +435,7 @@ tail -f /dev/null
 """
 
 
-@SUITE.test("TestContainerdConfig", feature="containerd-config-check", labels=NVIDIA,
+@SUITE.test("TestContainerdConfig", upstream=True, feature="containerd-config-check", labels=NVIDIA,
             assessments=("DaemonSet becomes ready",))
 def test_containerd_config(t: TestContext) -> None:
     """A DaemonSet reads each node's /etc/containerd/config.toml; it must be Ready on every node and
@@ -449,7 +464,7 @@ def test_gpu_capacity(t: TestContext) -> None:
     if t.cfg.accelerator == "cpu":
         t.skip("no GPUs to check with ACCELERATOR=cpu")
     record_verdict(t, judge_advertised(t.topology))
-    listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=t.cfg.nccl_tests_image,
+    listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=image(t, "nccl_tests_image"),
                                  launcher="per-node"))
     listing.wait_succeeded()
     seen = [(log.pod, log.node, gpus_listed(log)) for log in listing.capture_logs()]
@@ -472,7 +487,7 @@ def pair_workload(t: TestContext, job_name: str, nodes: Group) -> Workload:
         args = ("--size", "tiny", "-b", PAIR_BYTES, "-e", PAIR_BYTES, "--seconds", str(PAIR_SECONDS))
         return Workload(job_name, "workloads.allreduce", args, on_nodes=nodes)
     return Workload(job_name, binary=f"{NCCL_TESTS_DIR}/all_reduce_perf",
-                    args=("-b", "8", "-e", "1G", "-f", "2", "-c", "1", "-n", "10"), image=t.cfg.nccl_tests_image,
+                    args=("-b", "8", "-e", "1G", "-f", "2", "-c", "1", "-n", "10"), image=image(t, "nccl_tests_image"),
                     launcher="mpi", on_nodes=nodes, extra_env={"NCCL_DEBUG": "WARN"})
 
 
@@ -536,7 +551,7 @@ def test_node_pairs(t: TestContext) -> None:
         t.run(result.node, node_case(result))
 
 
-# TestTimeSlicing and TestMPS (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
+# TestTimeSlicing and TestMps (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
 # the device plugin this run installed shares each GPU GPU_SHARING_REPLICAS times
 # (harness/setup/gpu_sharing.py), one node is filled with pods of one GPU each, all at once, and
 # harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods name
@@ -551,6 +566,12 @@ def sharing_enabled(t: TestContext, mode: SharingMode) -> bool:
     return t.cfg.mps_enabled if mode.mps else t.cfg.time_slicing_enabled
 
 
+def sharing_replicas(cfg: Config, mode: SharingMode) -> int:
+    """--mpsReplicas / --timeSlicingReplicas (upstream's), else GPU_SHARING_REPLICAS."""
+    own = cfg.mps_replicas if mode.mps else cfg.time_slicing_replicas
+    return own if own is not None else cfg.gpu_sharing_replicas
+
+
 def gpu_sharing(mode: SharingMode) -> TestFunc:
     """One sharing mode's test (see above); skipped unless its flag is set."""
 
@@ -563,7 +584,8 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
             raise TestFailure(f"{flag} needs --installDevicePlugin=true and ACCELERATOR=nvidia (got "
                               f"--installDevicePlugin={str(t.cfg.install_device_plugin).lower()}, ACCELERATOR="
                               f"{t.cfg.accelerator}): the test reconfigures the device plugin this run installs")
-        replicas = t.cfg.gpu_sharing_replicas
+        pod_image = image(t, "nccl_tests_image")  # before the device plugin is reconfigured
+        replicas = sharing_replicas(t.cfg, mode)
         physical = {node.name: node.gpus for node in t.topology.nodes}
         t.property("gpu_sharing.mode", mode.name)
         t.property("gpu_sharing.replicas", replicas)
@@ -585,7 +607,7 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         node = t.topology.node_names[0]
         pods = physical[node] * replicas
         job = launch(t, Workload(f"gpu-sharing-{mode.name}", binary="sh", args=("-c", SHARING_SCRIPT),
-                                 image=t.cfg.nccl_tests_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
+                                 image=pod_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
         sharing.workload = (job.namespace, job.selector)
         job.wait_succeeded()
         logs = [entry for entry in job.capture_logs() if not entry.previous]
@@ -605,10 +627,11 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
     return run
 
 
-SUITE.features("TestTimeSlicing", [
+SUITE.features("TestTimeSlicing", upstream=True, features=[
     Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU, ("GPU shared by time-slicing",)),
 ])
-SUITE.features("TestMPS", [
+# upstream's name is TestMps (#817); TestMPS, this project's earlier name, still selects it.
+SUITE.features("TestMps", upstream=True, aliases=("TestMPS",), features=[
     Feature("mps", gpu_sharing(MPS), GPU, ("GPU shared through MPS",)),
 ])
 

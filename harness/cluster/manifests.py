@@ -34,6 +34,8 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "Labels": "labels of every object (managed-by, run id, test, job)",
     "PodAnnotations": "annotations of the workload pods",
     "Image": "the image of the workload's containers",
+    "ImagePullPolicy": "their imagePullPolicy (IMAGE_PULL_POLICY: upstream's Always for a tag, IfNotPresent for a "
+                       "digest)",
     "WorkerReplicas": "worker pods (= nodes)",
     "SlotsPerWorker": "processes per worker pod",
     "GPUPerNode": "GPUs requested by a pod pinned to a node",

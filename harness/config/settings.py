@@ -31,6 +31,7 @@ from harness.config.values import (
     parse_duration,
     parse_fraction,
     parse_image,
+    parse_image_or_empty,
     parse_key_values,
     parse_label_filter,
     parse_non_negative,
@@ -202,9 +203,11 @@ class Config:
                                         "a whole number >= 0", env="GPUS_PER_NODE")
     efa_per_node: int | None = setting("EFA devices per node; unset: the nodes' vpc.amazonaws.com/efa "
                                        "capacity", parse_non_negative, "a whole number >= 0", env="EFA_PER_NODE")
-    efa_enabled: bool | None = setting("require EFA (true: also installs the EFA device plugin unless present) "
-                                       "or use none (false); unset: use what nodes advertise", parse_bool,
-                                       "true or false", flags=("efaEnabled",), is_bool_flag=True)
+    efa_enabled: bool = setting("upstream's meaning: true requires EFA (installs the EFA device plugin unless "
+                                "present; nodes must advertise it; a multi-node job's NCCL must use it, GDRDMA "
+                                "judged on upstream's RDMA-read types); false judges nothing about EFA. Either "
+                                "way jobs request the EFA devices the nodes advertise (EFA_PER_NODE=0: none)",
+                                parse_bool, "true or false", flags=("efaEnabled",), is_bool_flag=True, default=False)
     accelerator: str = setting("nvidia (NCCL, GPU requests) or cpu (gloo, no GPU requests)",
                                choice("nvidia", "cpu"), "nvidia or cpu", env="ACCELERATOR", default="nvidia")
     training_image: str = setting("image of the training workloads (every training test; TestBertTraining's "
@@ -213,7 +216,7 @@ class Config:
     bert_training_image: str | None = setting(
         "image of TestBertTraining alone (upstream's flag): one without the workloads package (upstream's BERT "
         "image) runs its own `python train.py` under mpirun, as upstream's test does; unset: TRAINING_IMAGE",
-        parse_image, "an image reference", env="BERT_TRAINING_IMAGE", flags=("bertTrainingImage",))
+        parse_image_or_empty, "an image reference", env="BERT_TRAINING_IMAGE", flags=("bertTrainingImage",))
     training_command: tuple[str, ...] | None = setting(
         "command every training process runs instead of `python -m workloads.<name> ...`, for an image "
         "without the workloads package (upstream's BERT image: `python train.py`); TestBertTraining only",
@@ -222,12 +225,18 @@ class Config:
                                  parse_image, "an image reference", env="PYTORCH_IMAGE", flags=("pytorchImage",),
                                  default=UPSTREAM_PYTORCH_IMAGE)
     nccl_tests_image: str = setting("image with nccl-tests, OpenMPI and upstream's gpu_unit_tests",
-                                    parse_image, "an image reference", env="NCCL_TESTS_IMAGE",
+                                    parse_image_or_empty, "an image reference", env="NCCL_TESTS_IMAGE",
                                     flags=("nvidiaTestImage",), default=NCCL_TESTS_IMAGE)
     skip_unit_test_subcommand: str | None = setting("passed to upstream's gpu_unit_tests as SKIP_TESTS_SUBCOMMAND "
                                                     "(TestSingleNodeUnitTest)", parse_text, "text",
                                                     env="SKIP_UNIT_TEST_SUBCOMMAND",
                                                     flags=("skipUnitTestSubcommand",))
+    image_pull_policy: str = setting(
+        "the workload pods' imagePullPolicy: upstream (upstream's: Always for a tag, so a reused node never runs "
+        "a stale mutable tag; IfNotPresent for a digest, which cannot change), Always, IfNotPresent or Never. "
+        "The local cluster imports images without a registry: hack/main-job and the integration tests set "
+        "IfNotPresent", choice("upstream", "Always", "IfNotPresent", "Never"),
+        "upstream, Always, IfNotPresent or Never", env="IMAGE_PULL_POLICY", default="upstream")
     launcher: str = setting("torchrun (Indexed Job + headless Service), mpi (MPIJob) or trainjob (Kubeflow "
                             "Trainer v2 TrainJob on JobSet)", choice("torchrun", "mpi", "trainjob"),
                             "torchrun, mpi or trainjob", env="LAUNCHER", default="torchrun")
@@ -283,14 +292,20 @@ class Config:
         "--installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
         env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
     mps_enabled: bool = setting(
-        "run TestMPS (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
+        "run TestMps (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
         "each GPU through an MPS control daemon (GPU_SHARING_REPLICAS), checked, and restored (compute mode "
         "reset); needs --installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
         env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
     gpu_sharing_replicas: int = setting(
-        "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMPS (its `replicas`); "
-        "at least 2 (1 shares nothing)", parse_replicas, "a whole number >= 2", env="GPU_SHARING_REPLICAS",
-        default=4)
+        "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMps (its `replicas`) "
+        "unless --timeSlicingReplicas / --mpsReplicas says; at least 2 (1 shares nothing)", parse_replicas,
+        "a whole number >= 2", env="GPU_SHARING_REPLICAS", default=4)
+    time_slicing_replicas: int | None = setting(
+        "TestTimeSlicing's replicas per GPU (upstream's flag, #813: at least 2); unset: GPU_SHARING_REPLICAS",
+        parse_replicas, "a whole number >= 2", env="TIME_SLICING_REPLICAS", flags=("timeSlicingReplicas",))
+    mps_replicas: int | None = setting(
+        "TestMps's replicas per GPU (upstream's flag, #817: at least 2); unset: GPU_SHARING_REPLICAS",
+        parse_replicas, "a whole number >= 2", env="MPS_REPLICAS", flags=("mpsReplicas",))
     install_device_plugin: bool = setting("install the NVIDIA device plugin (pinned, manifests/addons) unless "
                                           "its DaemonSet exists, wait for it on the nodes, remove it at the end; "
                                           "never with ACCELERATOR=cpu", parse_bool, "true or false",

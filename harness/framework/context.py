@@ -99,6 +99,9 @@ class RunContext:
     running: dict[str, float] = field(default_factory=dict)
     # Facts about the run for the JUnit <testsuite> properties (add-ons installed, removed).
     properties: dict[str, str] = field(default_factory=dict)
+    # Upstream's binary name this run was called by (nvidia.test), else "": images then follow
+    # upstream's rules (harness/jobs/images.py).
+    invoked_as: str = ""
 
     def resolved(self) -> dict[str, Resolved]:
         """The configuration with what discovery found in place of what was left to it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,10 @@ class TestCase:
     features: tuple[Feature, ...]
     # False for a test that never touches the cluster: the runner then neither connects nor discovers.
     needs_cluster: bool = True
+    # One of upstream aws-k8s-tester's tests: the only ones its binary names run by default.
+    upstream: bool = False
+    # Earlier names that -test.run, -test.skip and -test.list still select it by (TestMPS for TestMps).
+    aliases: tuple[str, ...] = ()
     __test__ = False  # not a pytest test class
 
     @property
@@ -68,25 +72,47 @@ class Suite:
     binary: str
     summary: str
     tests: list[TestCase] = field(default_factory=list)
-    # Other names the binary is installed under (upstream's: nvidia.test); the JUnit keeps `binary`.
+    # Other names the binary is installed under: upstream's (nvidia.test), which run upstream's tests
+    # alone unless -test.run names one of ours (see as_invoked); the JUnit keeps `binary`.
     aliases: tuple[str, ...] = ()
+    # The name this process was called by, when it is one of `aliases` (as_invoked sets it).
+    invoked_as: str = ""
 
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
-             assessments: tuple[str, ...] = (), needs_cluster: bool = True) -> Callable[[TestFunc], TestFunc]:
-        """Register a one-feature test function under its Go-style name (a decorator)."""
+             assessments: tuple[str, ...] = (), needs_cluster: bool = True,
+             upstream: bool = False) -> Callable[[TestFunc], TestFunc]:
+        """Register a one-feature test function under its Go-style name (a decorator); `upstream`
+        marks one of upstream aws-k8s-tester's tests."""
 
         def register(func: TestFunc) -> TestFunc:
             self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
-                          needs_cluster=needs_cluster)
+                          needs_cluster=needs_cluster, upstream=upstream)
             return func
 
         return register
 
-    def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True) -> None:
+    def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True,
+                 upstream: bool = False, aliases: tuple[str, ...] = ()) -> None:
         """Register a test made of several features, each run as the subtest `name/<feature>`."""
         if any(test.name == name for test in self.tests):
             raise ValueError(f"suite {self.binary}: two tests named {name}")
-        self.tests.append(TestCase(name, tuple(features), needs_cluster))
+        self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream, aliases))
+
+    def as_invoked(self, called: str, pattern: str | None) -> Suite:
+        """The suite as the name it was called by offers it. Under upstream's names (`aliases`) an
+        unchanged upstream CI line, with or without -test.run, must run what upstream's binary would:
+        only upstream's tests, plus those of ours that `pattern` (-test.run or -test.list) names
+        explicitly (see names_explicitly). Under our own name, every test."""
+        if called not in self.aliases:
+            return self
+        kept = [test for test in self.tests if test.upstream
+                or any(names_explicitly(pattern or "", name) for name in (test.name, *test.aliases))]
+        return replace(self, tests=kept, invoked_as=called)
+
+    @property
+    def ours(self) -> list[str]:
+        """This project's tests (not upstream's), by name."""
+        return [test.name for test in self.tests if not test.upstream]
 
     def names(self) -> list[str]:
         """Every test, and the features of the tests that have several, as Go names them."""
@@ -98,12 +124,35 @@ class Suite:
                 lines += [test.name] + [f"{test.name}/{f.describe()}" for f in test.features]
         return lines
 
-    def usage(self) -> str:
-        called = self.binary + (f" (also installed as {', '.join(self.aliases)})" if self.aliases else "")
-        return usage(called, self.summary, self.names())
+    def usage(self, full: Suite | None = None) -> str:
+        """The usage text; `full` (the suite before as_invoked) names the tests this name leaves out."""
+        if self.invoked_as:
+            called = (f"{self.invoked_as} (upstream's name of {self.binary}: upstream's tests by default; "
+                      f"this project's run only when -test.run names them)")
+        else:
+            called = self.binary + (f" (also installed as {', '.join(self.aliases)})" if self.aliases else "")
+        names = self.names()
+        if full is not None and full is not self:
+            names += [f"{name}  (this project's: only when -test.run names it)" for name in full.ours
+                      if name not in {test.name for test in self.tests}]
+        return usage(called, self.summary, names)
 
     def junit_path(self, artifacts: Path) -> Path:
         return artifacts / f"junit_{self.binary}.xml"
+
+
+# A test name no suite has. A -test.run level that matches it is a wildcard (`.*`, `Test`, `^Test`):
+# upstream's CI may write one, meaning upstream's tests, so it does not name any of ours.
+WILDCARD_PROBE = "TestZzNoSuchTestQq"
+
+
+def names_explicitly(pattern: str, name: str) -> bool:
+    """Whether a -test.run (or -test.list) pattern names the top-level test `name` itself: its first
+    level matches `name` and is no wildcard (does not match WILDCARD_PROBE)."""
+    if not pattern:
+        return False
+    first = re.compile(split_run_pattern(pattern)[0])
+    return bool(first.search(name)) and not first.search(WILDCARD_PROBE)
 
 
 def split_run_pattern(pattern: str) -> list[str]:
@@ -164,16 +213,24 @@ class Selector:
 
     def matches(self, full_name: str) -> bool:
         """Whether a test or subtest (`TestX/sub`) is selected by -test.run and -test.skip."""
+        return self._runs(full_name) and not self._skips(full_name)
+
+    def _runs(self, full_name: str) -> bool:
         names = full_name.split("/")
-        if not all(pattern.search(name) for name, pattern in zip(names, self.run, strict=False)):
-            return False
-        skipped = bool(self.skip) and len(names) >= len(self.skip) and all(
+        return all(pattern.search(name) for name, pattern in zip(names, self.run, strict=False))
+
+    def _skips(self, full_name: str) -> bool:
+        names = full_name.split("/")
+        return bool(self.skip) and len(names) >= len(self.skip) and all(
             pattern.search(name) for name, pattern in zip(names, self.skip, strict=False))
-        return not skipped
 
     def selects_feature(self, test: TestCase, feature: Feature) -> bool:
-        """Go's rules on `TestX/<feature>`, then e2e-framework's on the feature itself."""
-        if not self.matches(test.name) or not self.matches(f"{test.name}/{feature.name}"):
+        """Go's rules on `TestX/<feature>` (under the test's name or an alias: selected by one, not
+        skipped by any), then e2e-framework's on the feature itself."""
+        names = (test.name, *test.aliases)
+        if not any(self._runs(name) and self._runs(f"{name}/{feature.name}") for name in names):
+            return False
+        if any(self._skips(name) or self._skips(f"{name}/{feature.name}") for name in names):
             return False
         if self.feature and not self.feature.search(feature.name):
             return False
@@ -210,7 +267,7 @@ class Selected:
 def listed(suite: Suite, pattern: str) -> list[str]:
     """-test.list: the names of the tests matching `pattern` (top level only, like Go)."""
     compiled = re.compile(pattern)
-    return [test.name for test in suite.tests if compiled.search(test.name)]
+    return [test.name for test in suite.tests if any(compiled.search(n) for n in (test.name, *test.aliases))]
 
 
 def describe_selection(cfg: Config) -> str:

@@ -27,6 +27,7 @@ from harness.config.topology import NodeInfo
 from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
 from harness.framework.context import RunContext, TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
+from harness.jobs.images import image
 from harness.jobs.job_metrics import LogScans, job_metrics
 from harness.jobs.launchers import LAUNCHERS, Launcher, rank_locations
 from harness.jobs.no_gpu import explain_no_gpu
@@ -54,15 +55,26 @@ ADMISSION_RETRY_SECONDS = 5.0
 
 
 def efa_expected(t: TestContext, node_count: int) -> str | None:
-    """Why a job of `node_count` nodes must use EFA (a multi-node job, EFA_PER_NODE > 0 or
-    --efaEnabled=true), or None."""
-    if node_count < 2:
+    """Why a job of `node_count` nodes must use EFA (a multi-node job with --efaEnabled=true), or
+    None. upstream's meaning: --efaEnabled=false (its default) judges nothing about EFA, even on
+    nodes that advertise it (they are still used: efa_request)."""
+    if node_count < 2 or not t.cfg.efa_enabled:
         return None
     if t.topology.efa_per_node > 0:
-        return f"EFA expected ({t.topology.efa_per_node} vpc.amazonaws.com/efa per node, {node_count} nodes)"
-    if t.cfg.efa_enabled:
-        return f"EFA expected (--efaEnabled=true, {node_count} nodes)"
-    return None
+        return (f"EFA expected (--efaEnabled=true; {t.topology.efa_per_node} vpc.amazonaws.com/efa per node, "
+                f"{node_count} nodes)")
+    return f"EFA expected (--efaEnabled=true, {node_count} nodes)"
+
+
+def efa_request(t: TestContext, nodes: Iterable[str]) -> int:
+    """The EFA devices each pod of a job requests: EFA_PER_NODE when set (discovery checked that
+    every node has them), else what the job's nodes advertise (allocatable vpc.amazonaws.com/efa,
+    the fewest of them), as upstream requests what the node has. The type's table count would leave
+    the workers of a node with fewer interfaces Pending; TestGPUCapacity names such a node."""
+    if t.cfg.efa_per_node is not None or not t.topology.efa_per_node:
+        return t.topology.efa_per_node
+    names = set(nodes)
+    return min((info.efa for info in t.topology.nodes if info.name in names), default=t.topology.efa_per_node)
 
 
 def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placement:
@@ -77,9 +89,9 @@ def placement_for(t: TestContext, namespace: str, workload: Workload) -> Placeme
         namespace=namespace, labels=job_labels(base_labels(cfg.run_id, t.name), workload.job_name),
         pod_annotations=cfg.pod_annotations, pod_env=pod_env,
         node_type=topology.node_type, node_names=nodes, processes_per_node=topology.gpus_per_node,
-        efa_per_node=topology.efa_per_node, accelerator=cfg.accelerator, image=cfg.training_image,
+        efa_per_node=efa_request(t, nodes), accelerator=cfg.accelerator, image=cfg.training_image,
         job_timeout=workload.timeout or cfg.job_timeout, extra_tolerations=tuple(cfg.tolerations.as_pod_spec()),
-        trainjob_runtime=cfg.trainjob_runtime,
+        trainjob_runtime=cfg.trainjob_runtime, image_pull_policy=cfg.image_pull_policy,
         **smallest_allocatable(topology.nodes, nodes))
 
 
@@ -379,6 +391,8 @@ def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_L
     before anything is applied."""
     started = time.monotonic()
     launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
+    if workload.image is None:  # TRAINING_IMAGE's; the others were checked where the test named them
+        image(t, "training_image")
     ensure_launcher_api(t.session, launcher, t.name)
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")

@@ -72,6 +72,8 @@ class Placement:
     node_allocatable_memory: float = 0.0
     # The ClusterTrainingRuntime a TrainJob references (TRAINJOB_RUNTIME; trainjob launcher).
     trainjob_runtime: str = "torch-distributed"
+    # IMAGE_PULL_POLICY: upstream, Always, IfNotPresent or Never (launchers.base.pull_policy)
+    image_pull_policy: str = "upstream"
 
     @property
     def node_count(self) -> int:

@@ -122,12 +122,11 @@ def _gpus(cluster: Cluster, cfg: Config, selection: Selection,
 
 
 def _efa(cfg: Config, node_type: str, chosen: list[NodeInfo]) -> tuple[int, Origin]:
-    """EFA devices per node: none with --efaEnabled=false, else EFA_PER_NODE checked against the
-    nodes, else, when some node advertises EFA, what the type should have (the table, else the
-    most any node advertises; never the fewest); none when no node advertises any."""
+    """EFA devices per node a node should have: EFA_PER_NODE checked against the nodes, else, when
+    some node advertises EFA, what the type should have (the table, else the most any node
+    advertises; never the fewest: TestGPUCapacity judges the nodes against it); none when no node
+    advertises any. What a job requests is what its nodes have (job.efa_request)."""
     fewest = min(n.efa for n in chosen)
-    if cfg.efa_enabled is False:
-        return 0, Origin(Source.FLAG, "--efaEnabled=false")
     if cfg.efa_per_node is not None:
         if cfg.efa_per_node > fewest:
             raise ConfigError(f"discover EFA: EFA_PER_NODE={cfg.efa_per_node} but the {node_type} "

@@ -1,4 +1,4 @@
-"""GPU sharing set up and undone (TestTimeSlicing, TestMPS): the NVIDIA device plugin this run
+"""GPU sharing set up and undone (TestTimeSlicing, TestMps): the NVIDIA device plugin this run
 installed is replaced, under the same name, by one whose config file shares each GPU `replicas`
 times (time-slicing, or MPS with its control daemon); afterwards everything is put back as it was.
 

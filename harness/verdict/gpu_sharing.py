@@ -1,4 +1,4 @@
-"""GPU sharing judged (TestTimeSlicing, TestMPS): what the device plugin advertises, whether the
+"""GPU sharing judged (TestTimeSlicing, TestMps): what the device plugin advertises, whether the
 pods sharing a node's GPUs ran at the same time, which GPU each one saw, and its compute mode.
 
 Pure: given the nodes' allocatable and physical GPU counts, the pods' run intervals and the line

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import junitparser
 
+from harness.config.settings import NCCL_TESTS_IMAGE, WORKLOADS_IMAGE
+
 from .conftest import INJECT, REPO, LocalCluster, canned_by_default
 
 # e2e-nvidia's opt-in tests (upstream's flags turn them on): a run without those flags skips them.
-OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMPS"})
+OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMps"})
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 CANNED_LOG_ANNOTATION = f"{INJECT}canned-log"
 # Real runs here put two healthy ranks on the same 2 shared cores, whose speed varies 25-50% from
@@ -54,7 +56,12 @@ def kubetest2_command(cluster: LocalCluster, artifacts: Path, tester: str, *args
     canned=True gives the pods a canned log (tests whose names say canned_logs); canned=False lets
     the local cluster run them for real, judging stragglers as SHARED_HOST_STRAGGLER_ENV says.
     """
-    full_env = {**os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
+    # The local cluster has the project's images imported: set, as a user of upstream's names must
+    # (under nvidia.test a default project image fails at once: harness/jobs/images.py), and from no
+    # registry: IfNotPresent, not upstream's Always.
+    full_env = {"TRAINING_IMAGE": WORKLOADS_IMAGE, "NCCL_TESTS_IMAGE": NCCL_TESTS_IMAGE,
+                "IMAGE_PULL_POLICY": "IfNotPresent",
+                **os.environ, "PATH": f"{VENV_BIN}:{kt2t_bin()}:{os.environ['PATH']}",
                 "ACCELERATOR": "cpu", "JOB_TIMEOUT": "2m", **({} if canned else SHARED_HOST_STRAGGLER_ENV),
                 **(env or {})}
     if canned:

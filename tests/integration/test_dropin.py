@@ -116,6 +116,8 @@ def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(nodes: LocalCluster,
                 "TestSingleNodeUnitTest", "TestSingleNodeUnitTest/unit-test", "TestSingleNodeUnitTest/hpc-benckmarks",
                 "TestNvidiaDriverCapabilities", "TestContainerdConfig"}
     assert upstream <= set(cases), sorted(cases)
+    # upstream's name without -test.run: upstream's tests alone, none of this project's
+    assert not {"TestNCCLAllReduce", "TestNCCLTests", "TestGPUCapacity", "TestNodePairs"} & set(cases), sorted(cases)
     # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
     failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
     assert set(cases) >= OPT_IN_TESTS, sorted(cases)
@@ -163,6 +165,20 @@ def test_a_selection_that_matches_nothing_fails_through_kubetest2(cluster: Local
     allowed = kubetest2(cluster, tmp_path / "allowed", "exec", "nvidia.test", "--test.run=Nope",
                         env={"ALLOW_NO_TESTS": "true"})
     assert allowed.returncode == 0 and "testing: warning: no tests to run" in allowed.stdout
+
+
+def test_an_empty_image_flag_fails_the_test_at_once_naming_it(nodes: LocalCluster, tmp_path: Path):
+    """upstream's rule: `--nvidiaTestImage=` fails the test that needs it at once (no pod, no pull wait)."""
+    nodes.set_nodes("p5", 2, efa=32)
+    artifacts = tmp_path / "artifacts"
+    started = time.monotonic()
+    done = kubetest2(nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestSingleNodeUnitTest$/unit-test",
+                     "--nvidiaTestImage=", "--nodeType=p5.48xlarge", env=NVIDIA_SUITE)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    (failure,) = junit_cases(artifacts, "e2e-nvidia")["TestSingleNodeUnitTest/unit-test"].result
+    assert "--nvidiaTestImage (or NCCL_TESTS_IMAGE) is empty" in (failure.message or ""), failure.message
+    assert not (artifacts / "e2e-nvidia" / "TestSingleNodeUnitTest" / "unit-test" / "manifests").exists()
+    assert time.monotonic() - started < 120
 
 
 def test_a_device_plugin_already_there_is_neither_reapplied_nor_removed(nodes: LocalCluster, tmp_path: Path):

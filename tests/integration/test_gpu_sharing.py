@@ -1,5 +1,5 @@
 """GPU sharing through the real kubetest2 on kwok p5 nodes (issue 23 item 14): TestTimeSlicing and
-TestMPS replace the device plugin this run installed by a sharing one, the node agent plays its
+TestMps replace the device plugin this run installed by a sharing one, the node agent plays its
 sharing (hack/local_cluster/gpu_sharing.py: advertised GPUs, replica UUIDs, compute mode), the
 verdicts judge it, and the stock plugin comes back; a node whose plugin does not share fails the
 test naming it, and is restored all the same."""
@@ -46,7 +46,8 @@ def assert_restored(cluster: LocalCluster, stderr: str, mode: str) -> None:
 def test_time_slicing_shares_each_gpu_and_the_stock_plugin_comes_back(p5_nodes: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
     done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.v", "--test.run=^TestTimeSlicing$",
-                     "--timeSlicingEnabled", "--nodeType=p5.48xlarge", env=SHARING_SUITE, timeout=600)
+                     "--timeSlicingEnabled=true", "--timeSlicingReplicas=4", "--nodeType=p5.48xlarge",
+                     env=SHARING_SUITE, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     case = junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing"]
     props = case_properties(case)
@@ -63,10 +64,12 @@ def test_time_slicing_shares_each_gpu_and_the_stock_plugin_comes_back(p5_nodes: 
 
 def test_mps_runs_its_control_daemon_and_the_compute_mode_says_so(p5_nodes: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
-    done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestMPS$", "--mpsEnabled",
-                     "--nodeType=p5.48xlarge", env={**SHARING_SUITE, "GPU_SHARING_REPLICAS": "2"}, timeout=600)
+    # upstream's line (#817): its test name and replica flag, which wins over GPU_SHARING_REPLICAS
+    done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.run=TestMps", "--mpsEnabled=true",
+                     "--mpsReplicas=2", "--nodeType=p5.48xlarge", env={**SHARING_SUITE, "GPU_SHARING_REPLICAS": "4"},
+                     timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    props = case_properties(junit_cases(artifacts, "e2e-nvidia")["TestMPS"])
+    props = case_properties(junit_cases(artifacts, "e2e-nvidia")["TestMps"])
     assert {props[f"node.{n}.gpus_advertised"] for n in NODES} == {"16"}
     assert props["gpu_sharing.peak_running"] == "16"
     assert props["gpu_sharing.compute_modes"] == "Exclusive_Process"

@@ -244,7 +244,8 @@ def test_a_log_that_ends_without_the_line_fails_naming_the_pod(kube: Cluster, na
 
 def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
     fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
-              "Image": "registry.invalid/x:1", "WorkerReplicas": 2, "SlotsPerWorker": 1,
+              "Image": "registry.invalid/x:1", "ImagePullPolicy": "IfNotPresent",
+              "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
               "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0,
               "Tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
@@ -325,7 +326,7 @@ def test_every_manifest_passes_server_side_dry_run(kube: Cluster, namespace: str
                  else {"limits": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4},
                        "requests": {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}})
     fields = {"JobName": "dry", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": {"a": "b"},
-              "Image": "repo/train:1", "WorkerReplicas": 4, "Resources": resources,
+              "Image": "repo/train:1", "ImagePullPolicy": "IfNotPresent", "WorkerReplicas": 4, "Resources": resources,
               "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
               "Tolerations": TOLERATIONS,
               "NodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

@@ -58,7 +58,7 @@ def test_the_kubetest2_image_runs_the_suite_as_a_job_with_the_rbac_service_accou
             rbac.create_cluster_role(obj)
         else:
             rbac.create_cluster_role_binding(obj)
-    env = {"ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny",
+    env = {"ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "IMAGE_PULL_POLICY": "IfNotPresent",
            # The trainings share the machine's two cores with this Job and each other: a node's probe
            # is slower by that, not a straggler.
            "STRAGGLER_FRACTION": "0.05"}

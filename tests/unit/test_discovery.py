@@ -54,7 +54,9 @@ def test_efa_from_the_table_or_the_most_advertised_never_the_fewest():
 
 def test_efa_from_the_setting_or_none():
     nodes = [node("a", efa=4), node("b", efa=2)]
-    assert _efa(cfg_for(argv=["--efaEnabled=false"]), "p4d", nodes) == (0, Origin(Source.FLAG, "--efaEnabled=false"))
+    # --efaEnabled=false is upstream's default: nothing judged about EFA, the nodes' devices still used
+    assert _efa(cfg_for(argv=["--efaEnabled=false"]), "p4d", nodes)[0] == 4
+    assert _efa(cfg_for({"EFA_PER_NODE": "0"}), "p4d", nodes) == (0, Origin(Source.ENV, "EFA_PER_NODE"))
     assert _efa(cfg_for({"EFA_PER_NODE": "1"}), "p4d", nodes) == (1, Origin(Source.ENV, "EFA_PER_NODE"))
     with pytest.raises(ConfigError, match="EFA_PER_NODE=3 but the p4d nodes advertise 2"):
         _efa(cfg_for({"EFA_PER_NODE": "3"}), "p4d", nodes)

@@ -43,7 +43,8 @@ def values_for(name: str, is_bool: bool) -> list[str]:
                "labels": "suite=nvidia", "skip-labels": "hardware=efa", "metricDimensions": "a=b",
                "nodeType": "p5.48xlarge", "nvidiaTestImage": "repo/nccl:1", "pytorchImage": "repo/pt:1",
                "bertTrainingImage": "repo/bert:1", "kubeconfig": "/tmp/kubeconfig", "namespace": "ns",
-               "test.v": "test2json", "dcgmDiagLevel": "3", "dcgmDiagTimeoutMinutes": "90"}
+               "test.v": "test2json", "dcgmDiagLevel": "3", "dcgmDiagTimeoutMinutes": "90",
+               "timeSlicingReplicas": "4", "mpsReplicas": "2"}
     if is_bool:
         return [f"-{name}"]
     return [f"-{name}", samples.get(name, "x")]

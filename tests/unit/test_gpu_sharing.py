@@ -1,4 +1,4 @@
-"""GPU sharing (TestTimeSlicing, TestMPS; issue 23 item 14): the judgement on canned figures, the
+"""GPU sharing (TestTimeSlicing, TestMps; issue 23 item 14): the judgement on canned figures, the
 objects that replace the device plugin (read back by the local cluster's stand-in, as a plugin reads
 its config file), the restoration's order and guards on a recording cluster, and the stand-in's
 replica slots."""

@@ -22,7 +22,8 @@ PINNED = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms"
 def torchrun_fields(**overrides):
     fields = {
         "JobName": "bert-training", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-        "Image": "img:1", "WorkerReplicas": 4, "Resources": {"limits": {"nvidia.com/gpu": 8}},
+        "Image": "img:1", "ImagePullPolicy": "IfNotPresent",
+        "WorkerReplicas": 4, "Resources": {"limits": {"nvidia.com/gpu": 8}},
         "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"}, "NodeAffinity": PINNED,
         "Command": ["torchrun"],
         "Args": ["--nnodes=4", "-m", "workloads.bert"], "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}],
@@ -66,7 +67,8 @@ def test_torchrun_template_renders_indexed_job_and_headless_service(tmp_path):
 
 def trainjob_fields(**overrides):
     fields = {"JobName": "tj", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {"a": "b"},
-              "Image": "img:1", "WorkerReplicas": 2, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
+              "Image": "img:1", "ImagePullPolicy": "IfNotPresent",
+              "WorkerReplicas": 2, "SlotsPerWorker": 1, "Resources": {"requests": {"cpu": "1"}},
               "NodeSelector": {"node.kubernetes.io/instance-type": "kwok-cpu"}, "Command": ["torchrun"],
               "Args": ["-m", "workloads.allreduce"], "Env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
               "RuntimeKind": "ClusterTrainingRuntime", "RuntimeName": "torch-distributed",
@@ -131,7 +133,8 @@ def test_every_declared_field_is_used_by_a_template():
 
 def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
     fields = {"JobName": "gpu-capacity-n1", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-              "Image": "img:1", "NodeName": "n1", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
+              "Image": "img:1", "ImagePullPolicy": "IfNotPresent",
+              "NodeName": "n1", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
               "Requests": {"cpu": "48", "memory": "64Gi"}, "Command": ["nvidia-smi", "-L"],
               "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}],
               "Tolerations": TOLERATIONS, "ActiveDeadlineSeconds": 960}
@@ -146,7 +149,7 @@ def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
 
 def test_daemonset_template_mounts_host_folders_read_only_on_the_node_type():
     fields = {"JobName": "containerd-check", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
-              "Image": "img:1", "Command": ["sh", "-c", "true"], "Env": [],
+              "Image": "img:1", "ImagePullPolicy": "IfNotPresent", "Command": ["sh", "-c", "true"], "Env": [],
               "NodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}, "NodeAffinity": PINNED,
               "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
               "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}],

@@ -5,6 +5,7 @@ lines added, a socket-fallback variant among them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -94,19 +95,36 @@ def context(efa: int, nodes: int = 2, argv: tuple[str, ...] = ()) -> SimpleNames
 
 
 @pytest.mark.parametrize(("efa", "nodes", "argv", "expected"), [
-    (32, 2, (), True), (0, 2, (), False), (32, 1, (), False), (0, 2, ("--efaEnabled=true",), True),
+    (32, 2, (), False), (32, 2, ("--efaEnabled=false",), False), (32, 2, ("--efaEnabled=true",), True),
+    (0, 2, (), False), (32, 1, ("--efaEnabled=true",), False), (0, 2, ("--efaEnabled=true",), True),
     (0, 1, ("--efaEnabled=true",), False)])
-def test_efa_is_expected_on_multi_node_jobs_with_efa(efa, nodes, argv, expected):
+def test_efa_is_expected_on_multi_node_jobs_with_efa_enabled(efa, nodes, argv, expected):
+    """upstream's meaning: --efaEnabled=false, its default, judges nothing about EFA even where
+    the nodes advertise it."""
     assert bool(efa_expected(context(efa, nodes, argv), nodes)) is expected  # type: ignore[arg-type]
 
 
 def test_nccl_debug_info_is_set_when_efa_is_expected_unless_the_user_set_it(monkeypatch):
     workload = Workload("nanogpt-training", "workloads.nanogpt")
     monkeypatch.delenv("NCCL_DEBUG", raising=False)
-    assert placement_for(context(32), "ns", workload).pod_env["NCCL_DEBUG"] == "INFO"  # type: ignore[arg-type]
-    assert "NCCL_DEBUG" not in placement_for(context(0), "ns", workload).pod_env  # type: ignore[arg-type]
+    enabled = ("--efaEnabled=true",)
+    assert placement_for(context(32, argv=enabled), "ns", workload).pod_env["NCCL_DEBUG"] == "INFO"  # type: ignore[arg-type]
+    assert "NCCL_DEBUG" not in placement_for(context(32), "ns", workload).pod_env  # type: ignore[arg-type]
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
-    assert placement_for(context(32), "ns", workload).pod_env["NCCL_DEBUG"] == "WARN"  # type: ignore[arg-type]
+    assert placement_for(context(32, argv=enabled), "ns", workload).pod_env["NCCL_DEBUG"] == "WARN"  # type: ignore[arg-type]
+
+
+def test_jobs_request_the_efa_devices_their_nodes_advertise():
+    """upstream requests what the node has: a p5 advertising 30 interfaces (the table says 32) gets
+    pods asking for 30, not workers Pending; EFA_PER_NODE, when set, is what is asked."""
+    workload = Workload("nanogpt-training", "workloads.nanogpt")
+    infos = (NodeInfo("kwok-p5-0", "p5.48xlarge", 8, 32, True), NodeInfo("kwok-p5-1", "p5.48xlarge", 8, 30, True))
+    t = SimpleNamespace(topology=Topology("p5.48xlarge", infos, 8, 32), cfg=resolve(parse_args([]), {}), name="T")
+    assert placement_for(t, "ns", workload).efa_per_node == 30  # type: ignore[arg-type]
+    assert placement_for(t, "ns", replace(workload, on_nodes=("kwok-p5-0",))).efa_per_node == 32  # type: ignore[arg-type]
+    t.cfg = resolve(parse_args([]), {"EFA_PER_NODE": "16"})
+    t.topology = Topology("p5.48xlarge", infos, 8, 16)
+    assert placement_for(t, "ns", workload).efa_per_node == 16  # type: ignore[arg-type]
 
 
 def test_one_canned_log_served_to_every_pod_counts_once_per_pod():

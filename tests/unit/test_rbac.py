@@ -16,6 +16,7 @@ from harness.cluster.manifests import rbac_objects, render
 from harness.cluster.resources import KNOWN_RESOURCES, POD, Resource
 from harness.jobs.launchers import LAUNCHERS
 from harness.setup.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, addon_objects
+from testbins.e2e_nvidia_training import ELASTIC_LAUNCHERS
 
 REPO = Path(__file__).resolve().parents[2]
 # `<call>(<RESOURCE CONSTANT>` anywhere in the code: the client's own calls and the conditions,
@@ -68,7 +69,16 @@ def applied_objects() -> list[dict]:
     workload = Workload("job", "workloads.bert", host_paths={"/h": "/etc"})
     rendered = [obj for launcher in LAUNCHERS.values() for r in launcher.renderings(workload, placement())
                 for obj in render(r.template, r.fields)]
+    # TestElasticRecovery's workload under each elastic launcher: trainjob's brings a TrainingRuntime
+    elastic = Workload("nanogpt-elastic", "workloads.nanogpt", elastic=True, max_restarts=3)
+    rendered += [obj for name in ELASTIC_LAUNCHERS for r in LAUNCHERS[name].renderings(elastic, placement())
+                 for obj in render(r.template, r.fields)]
     return rendered + addon_objects(NVIDIA_DEVICE_PLUGIN, "r") + addon_objects(EFA_DEVICE_PLUGIN, "r")
+
+
+def test_the_elastic_trainjob_is_among_the_applied_objects():
+    kinds = {obj["kind"] for obj in applied_objects()}
+    assert {"TrainJob", "TrainingRuntime"} <= kinds, kinds
 
 
 def test_the_source_scan_finds_the_calls():

@@ -148,3 +148,23 @@ def test_cpu_processes_use_the_one_cpu_they_request():
     assert container(job)["resources"] == {"requests": {"cpu": "1"}}
     _, job = objects("torchrun", Workload("bert-training", "workloads.bert"), placement())
     assert "OMP_NUM_THREADS" not in env_of(container(job))
+
+
+def test_mpirun_has_upstreams_nccl_tests_options():
+    """upstream's nccl-tests MPIJob: `--mca pml ^cm,ucx`, veth_def_agent kept off OpenMPI's TCP, and
+    aws-ofi-nccl's tuner on EFA nodes (unless the caller set NCCL_TUNER_PLUGIN)."""
+    from harness.jobs.launchers.mpi import AWS_OFI_NCCL_TUNER
+
+    nccl = Workload("nccl", binary="/opt/nccl-tests/build/all_reduce_perf", image="repo/nccl:1", launcher="mpi")
+    (mpijob,) = objects("mpi", nccl, placement(efa=32))
+    launcher = container({"spec": mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]})
+    command = launcher["command"]
+    pairs = {(command[i + 1], command[i + 2]) for i, arg in enumerate(command) if arg == "--mca"}
+    assert {("pml", "^cm,ucx"), ("btl_tcp_if_exclude", "lo,docker0,veth_def_agent")} <= pairs
+    assert env_of(launcher)["NCCL_TUNER_PLUGIN"] == AWS_OFI_NCCL_TUNER
+    assert command[command.index("NCCL_TUNER_PLUGIN") - 1] == "-x"
+    (no_efa,) = objects("mpi", nccl, placement(efa=0))
+    assert "NCCL_TUNER_PLUGIN" not in env_of(container({"spec": no_efa["spec"]["mpiReplicaSpecs"]["Launcher"]}))
+    own = Workload("nccl", binary="x", launcher="mpi", extra_env={"NCCL_TUNER_PLUGIN": "/mine.so"})
+    (mpijob,) = objects("mpi", own, placement(efa=32))
+    assert env_of(container({"spec": mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]}))["NCCL_TUNER_PLUGIN"] == "/mine.so"

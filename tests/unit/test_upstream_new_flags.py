@@ -1,6 +1,6 @@
 """Upstream's newer flags (issue 23 item 14): --timeSlicingEnabled (#813), --mpsEnabled (#817) and
 TestDcgmDiagnostics' --dcgmDiagEnabled, --dcgmDiagLevel, --dcgmDiagTimeoutMinutes are accepted
-(upstream's lines no longer exit 2), listed, and TestDcgmDiagnostics, TestTimeSlicing and TestMPS
+(upstream's lines no longer exit 2), listed, and TestDcgmDiagnostics, TestTimeSlicing and TestMps
 are opt-in as upstream's."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ NEW = ["--timeSlicingEnabled", "--mpsEnabled", "--dcgmDiagEnabled", "--dcgmDiagL
 def test_the_five_flags_are_accepted_and_listed_with_the_test():
     listed = subprocess.run([BINARY, "--test.list=.*", *NEW], capture_output=True, text=True, timeout=60, check=False)
     assert listed.returncode == 0, listed.stderr
-    assert {"TestDcgmDiagnostics", "TestTimeSlicing", "TestMPS"} <= set(listed.stdout.split())
+    assert {"TestDcgmDiagnostics", "TestTimeSlicing", "TestMps"} <= set(listed.stdout.split())
     helped = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=60, check=False)
     for flag in ("timeSlicingEnabled", "mpsEnabled", "dcgmDiagEnabled", "dcgmDiagLevel", "dcgmDiagTimeoutMinutes"):
         assert f"-{flag}" in helped.stdout + helped.stderr, flag

@@ -14,7 +14,7 @@ Placement (or the pods and logs already captured), no cluster access.
   Trainer as a JobSet of one Indexed Job (torchrun configured by Trainer's PET_* variables); the
   elastic test's TrainJob restarts its JobSet from a checkpoint kept on the nodes.
 - shared-gpu: one Job of several pods pinned to one node, each asking for one GPU, all at once
-  (TestTimeSlicing, TestMPS: more pods than the node has GPUs, admitted only when they are shared).
+  (TestTimeSlicing, TestMps: more pods than the node has GPUs, admitted only when they are shared).
 - daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
   containerd check); done when a Ready pod runs on each selected node.
 

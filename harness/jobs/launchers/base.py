@@ -86,9 +86,19 @@ def container_env(workload: Workload, placement: Placement, master_addr: str | N
     return env
 
 
+def pull_policy(setting: str, image: str) -> str:
+    """IMAGE_PULL_POLICY for one image: `upstream` is upstream's Always for a tag (a reused node must
+    not run a stale mutable tag) and IfNotPresent for a digest (it cannot change); else the setting."""
+    if setting != "upstream":
+        return setting
+    return "IfNotPresent" if "@" in image else "Always"
+
+
 def common_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
+    image = workload.image or placement.image
     return {"JobName": workload.job_name, "Namespace": placement.namespace, "Labels": dict(placement.labels),
-            "PodAnnotations": dict(placement.pod_annotations), "Image": workload.image or placement.image,
+            "PodAnnotations": dict(placement.pod_annotations), "Image": image,
+            "ImagePullPolicy": pull_policy(placement.image_pull_policy, image),
             "Tolerations": pod_tolerations(placement)}
 
 

@@ -38,9 +38,15 @@ MPIRUN_IMAGE_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH"
                           "HF_HUB_OFFLINE")
 # The image's variables that are mpirun's own (read by the launcher, meaningless to a rank).
 MPIRUN_LAUNCHER_ONLY = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
-# OpenMPI's own traffic on a real cluster: TCP over the pod network (not loopback or a docker
-# bridge), and not the cm PML (EFA's libfabric MTL is NCCL's; mpirun only bootstraps).
-MPIRUN_MCA = (("pml", "^cm"), ("btl", "tcp,self"), ("btl_tcp_if_exclude", "lo,docker0"))
+# OpenMPI's own traffic on a real cluster, as upstream's nccl-tests MPIJob: TCP over the pod network
+# (not loopback, a docker bridge or the EKS pod-identity agent's veth_def_agent), and neither the cm
+# PML (EFA's libfabric MTL is NCCL's; mpirun only bootstraps) nor UCX.
+MPIRUN_MCA = (("pml", "^cm,ucx"), ("btl", "tcp,self"), ("btl_tcp_if_exclude", "lo,docker0,veth_def_agent"))
+# aws-ofi-nccl's tuner, which upstream's nccl-tests MPIJob passes (`-x NCCL_TUNER_PLUGIN=...`) on EFA
+# nodes. NCCL loads it when the image has it; when the file is absent NCCL logs that it could not
+# find it and uses its internal tuner: so it is set whenever the job's nodes have EFA, unless the
+# caller set NCCL_TUNER_PLUGIN (forwarded as given).
+AWS_OFI_NCCL_TUNER = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so"
 # Failed launcher runs its Job retries. Upstream's 20 absorbs a launcher that starts before its
 # workers resolve; WaitForWorkersReady removes that race, and what is left (a DNS record lagging a
 # Ready worker) needs one. More would rerun a deterministic failure (a rank that crashes) at the
@@ -63,6 +69,8 @@ class Mpi(Launcher):
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
         env = env_values(workload, placement, mpi_master_addr(workload.job_name))
+        if placement.efa_per_node and placement.accelerator == "nvidia":
+            env.setdefault("NCCL_TUNER_PLUGIN", AWS_OFI_NCCL_TUNER)
         return [Rendering("mpijob.yaml", {
             **worker_fields(workload, placement),
             "SlotsPerWorker": placement.processes_per_node,

@@ -1,5 +1,5 @@
 """shared-gpu: one Job of `workload.pods` pods (default: one per GPU of the node) pinned to the
-placement's first node, each asking for one nvidia.com/gpu, all at once (TestTimeSlicing, TestMPS:
+placement's first node, each asking for one nvidia.com/gpu, all at once (TestTimeSlicing, TestMps:
 more pods than the node has GPUs)."""
 
 from __future__ import annotations

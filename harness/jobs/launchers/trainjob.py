@@ -82,7 +82,8 @@ class TrainJob(Launcher):
             annotations[RESTARTS_ANNOTATION] = str(workload.max_restarts)
             renderings.append(Rendering("trainjob-elastic-runtime.yaml", {
                 "JobName": workload.job_name, "Namespace": placement.namespace, "Labels": fields["Labels"],
-                "Image": fields["Image"], "MaxRestarts": workload.max_restarts}))
+                "Image": fields["Image"], "ImagePullPolicy": fields["ImagePullPolicy"],
+                "MaxRestarts": workload.max_restarts}))
         renderings.append(Rendering("trainjob.yaml", {
             **fields,
             "PodAnnotations": annotations,
