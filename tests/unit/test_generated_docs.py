@@ -31,7 +31,7 @@ def test_the_catalogue_agrees_with_the_code():
 def test_a_test_missing_from_the_catalogue_is_named(monkeypatch: pytest.MonkeyPatch):
     catalogue = dict(gen_docs.CATALOGUE)
     del catalogue["TestGPUCapacity"]
-    catalogue["TestGone"] = gen_docs.CATALOGUE["TestMPS"]
+    catalogue["TestGone"] = gen_docs.CATALOGUE["TestMps"]
     monkeypatch.setattr(gen_docs, "CATALOGUE", catalogue)
     found = gen_docs.problems()
     assert any("lacks ['TestGPUCapacity']" in line for line in found), found
@@ -39,13 +39,13 @@ def test_a_test_missing_from_the_catalogue_is_named(monkeypatch: pytest.MonkeyPa
 
 
 def test_an_unknown_setting_or_check_is_named(monkeypatch: pytest.MonkeyPatch):
-    entry = gen_docs.CATALOGUE["TestMPS"]
-    monkeypatch.setitem(gen_docs.CATALOGUE, "TestMPS", gen_docs.Entry(entry.origin, entry.launches,
+    entry = gen_docs.CATALOGUE["TestMps"]
+    monkeypatch.setitem(gen_docs.CATALOGUE, "TestMps", gen_docs.Entry(entry.origin, entry.launches,
                                                                       (*entry.checks, "no.such"), ("NO_SUCH",)))
     monkeypatch.setitem(gen_docs.CHECKS, "never.made", ("x", "-"))
     found = gen_docs.problems()
-    assert "TestMPS: no setting NO_SUCH" in found
-    assert "TestMPS: check no.such has no entry in CHECKS" in found
+    assert "TestMps: no setting NO_SUCH" in found
+    assert "TestMps: check no.such has no entry in CHECKS" in found
     assert any(line.startswith("check never.made: the harness never makes it") for line in found), found
 
 
