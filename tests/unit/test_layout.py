@@ -248,7 +248,7 @@ def test_readme_lists_every_harness_package_and_module_and_nothing_gone():
 def test_readme_lists_every_docs_file_and_tests_folder():
     rows = readme_layout()
     docs = {p.name for p in (REPO / "docs").glob("*.md")}
-    assert set(re.findall(r"`(\w+\.md)`", rows["docs/"])) == docs
+    assert set(re.findall(r"`([\w-]+\.md)`", rows["docs/"])) == docs
     folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"
                and any(p.glob("*.py"))}
     assert set(re.findall(r"`(\w+)/`", rows["tests/"])) == folders
