@@ -317,6 +317,9 @@ class Runner:
             print(f"  {line}")
         if self.session.topology is not None:
             print("  nodes: " + ", ".join(self.session.topology.node_names))
+            # Every node of the type, with its state (docs/DEGRADED-CLUSTERS.md).
+            if self.session.topology.nodes_of_type:
+                print(f"  nodes of type {self.session.topology.node_type}: {self.session.topology.states_text()}")
         sys.stdout.flush()
 
     def _not_run(self, name: str, reason: str) -> None:

@@ -13,6 +13,10 @@ STANDS_IN_FOR_ANNOTATION = ANNOTATION_PREFIX + "stands-in-for-image"
 CANNED_LOG_ANNOTATION = ANNOTATION_PREFIX + "canned-log"
 FAIL_ANNOTATION = ANNOTATION_PREFIX + "fail"
 LOGS_READY_ANNOTATION = ANNOTATION_PREFIX + "logs-ready"
+# Why the agent served a pod canned logs instead of running it (an annotation asked for them, a
+# container has no command, the pod had started before this agent saw it): without it a pod canned
+# only because of a missing command carries no local-cluster annotation and reads as a real run.
+CANNED_BECAUSE_ANNOTATION = ANNOTATION_PREFIX + "canned-because"
 # The fraction of each period the pod's processes were stopped because its node is labelled slow
 # (slow_nodes.py): injected slowness, kept once the label goes.
 SLOWED_ANNOTATION = ANNOTATION_PREFIX + "slowed-by"

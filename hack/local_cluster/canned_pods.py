@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .annotations import (
+    CANNED_BECAUSE_ANNOTATION,
     CANNED_LOG_ANNOTATION,
     FAIL_ANNOTATION,
     JOB_INDEX_ANNOTATION,
@@ -51,6 +52,18 @@ def canned_by_annotation(pod: dict[str, Any]) -> bool:
     return FAIL_ANNOTATION in annotations or any(k.startswith(CANNED_LOG_ANNOTATION) for k in annotations)
 
 
+def canned_because(pod: dict[str, Any]) -> str:
+    """Why a pod the agent does not run gets canned logs (the node agent's module docstring)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    asked = sorted(k for k in annotations if k == FAIL_ANNOTATION or k.startswith(CANNED_LOG_ANNOTATION))
+    if asked:
+        return "annotation " + ", ".join(asked)
+    no_command = [c["name"] for c in all_containers(pod) if not c.get("command")]
+    if no_command:
+        return "no command (image entrypoint unknown here): container " + ", ".join(no_command)
+    return "pod had started before this node agent saw it"
+
+
 @dataclass(frozen=True)
 class CannedPods:
     """Writes canned pods' logs and tells kwok they are in place."""
@@ -82,9 +95,11 @@ class CannedPods:
                 entry["previousLogsFile"] = str(container_dir / "previous.log")
             entries.append(entry)
         apply_logs(self.api, pod, entries)
-        if annotations.get(LOGS_READY_ANNOTATION) != "true":
-            self.api.merge_patch("Pod", meta["name"], {"metadata": {"annotations": {LOGS_READY_ANNOTATION: "true"}}},
-                                 meta["namespace"])
+        if annotations.get(LOGS_READY_ANNOTATION) != "true" or CANNED_BECAUSE_ANNOTATION not in annotations:
+            # The reason travels with the pod so the harness's execution_of reads it as `canned`.
+            marks = {LOGS_READY_ANNOTATION: "true",
+                     CANNED_BECAUSE_ANNOTATION: annotations.get(CANNED_BECAUSE_ANNOTATION) or canned_because(pod)}
+            self.api.merge_patch("Pod", meta["name"], {"metadata": {"annotations": marks}}, meta["namespace"])
 
     def ended(self, pod: dict[str, Any]) -> None:
         """kwok's stages finished a canned pod: its logs are complete, a follow may end there; its GPU is free."""

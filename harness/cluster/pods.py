@@ -24,6 +24,9 @@ LOCAL_CLUSTER = "kubetest2-training.local/"
 CANNED_LOG_ANNOTATION = LOCAL_CLUSTER + "canned-log"
 FAIL_ANNOTATION = LOCAL_CLUSTER + "fail"
 EXECUTED_ANNOTATION = LOCAL_CLUSTER + "executed-by"
+# Set by the node agent on every pod it served canned logs, with the reason (one with a container
+# without a command has no other local-cluster annotation).
+CANNED_BECAUSE_ANNOTATION = LOCAL_CLUSTER + "canned-because"
 # mpi-operator v2beta1 labels every pod of an MPIJob with its role.
 MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 
@@ -36,12 +39,14 @@ def mpi_role(pod: Obj) -> str | None:
 def execution_of(pod: Obj) -> str:
     """How the pod ran: `real` when the local cluster's node agent ran its command as a host process (the
     `executed-by` annotation it sets), `canned` when the local cluster served the pod's log or failure
-    instead of running it (the `canned-log[-<container>]` or `fail` annotation), else `container`: a real
+    instead of running it (the `canned-log[-<container>]` or `fail` annotation, or the agent's
+    `canned-because`, which also marks a pod canned because a container has no command), else `container`: a real
     kubelet ran the pod's images (the local cluster's real nodes, and every node of a real cluster)."""
     annotations = pod.get("metadata", {}).get("annotations") or {}
     if EXECUTED_ANNOTATION in annotations:
         return "real"
-    canned = any(key.startswith(CANNED_LOG_ANNOTATION) or key == FAIL_ANNOTATION for key in annotations)
+    canned = any(key.startswith(CANNED_LOG_ANNOTATION) or key in (FAIL_ANNOTATION, CANNED_BECAUSE_ANNOTATION)
+                 for key in annotations)
     return "canned" if canned else "container"
 
 

@@ -8,11 +8,11 @@ capacity would pass a node that cannot run the job. Capacity is kept to say both
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.settings import SETTINGS_BY_NAME, Origin, Resolved
+from harness.config.settings import SETTINGS_BY_NAME, Origin, Resolved, Source
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -24,6 +24,28 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # ones) only, never a Neuron node; TOLERATIONS adds it or any other.
 DEFAULT_TOLERATIONS: tuple[dict[str, str], ...] = ({"key": GPU_RESOURCE, "operator": "Exists"},
                                                    {"key": EFA_RESOURCE, "operator": "Exists"})
+
+
+# Taints that keep pods off a node (PreferNoSchedule only discourages: the local cluster's kwok
+# stand-ins carry one beside real nodes, and pods still run there when they must).
+KEEPING_OFF_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+# Taints that only repeat a state named already (NotReady, cordoned): not listed twice.
+STATE_TAINTS = {"node.kubernetes.io/not-ready": "NotReady", "node.kubernetes.io/unreachable": "NotReady",
+                "node.kubernetes.io/unschedulable": "cordoned (spec.unschedulable)"}
+
+
+def tolerates(tolerations: Sequence[Mapping[str, str]], key: str, value: str, effect: str) -> bool:
+    """Whether a pod with `tolerations` tolerates the taint (the scheduler's matching rules)."""
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != effect:
+            continue
+        if toleration.get("key") and toleration["key"] != key:
+            continue
+        if not toleration.get("key") and toleration.get("operator") != "Exists":
+            continue  # an empty key matches every taint only with Exists
+        if toleration.get("operator", "Equal") == "Exists" or toleration.get("value", "") == value:
+            return True
+    return False
 
 
 def _quantity(value: str | None) -> int:
@@ -65,6 +87,30 @@ class NodeInfo:
     allocatable_memory: float = 0.0  # bytes
     gpus_capacity: int | None = None  # status.capacity, when it differs from allocatable
     efa_capacity: int | None = None
+    # Why `ready` is False, apart: the Ready condition, and spec.unschedulable (cordoned).
+    condition_ready: bool | None = None  # None: as `ready` says
+    cordoned: bool = False
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of spec.taints
+
+    def problems(self, tolerations: Sequence[Mapping[str, str]]) -> list[str]:
+        """Why the run's pods cannot use this node fully: NotReady, cordoned, a taint they do not
+        tolerate, fewer GPUs or EFA devices allocatable than capacity; [] for a healthy node."""
+        found = []
+        # Built without the condition (tests): not ready and not cordoned can only be NotReady.
+        kubelet_ready = self.ready or self.cordoned if self.condition_ready is None else self.condition_ready
+        if not kubelet_ready:
+            found.append("NotReady")
+        if self.cordoned:
+            found.append("cordoned (spec.unschedulable)")
+        for key, value, effect in self.taints:
+            if effect not in KEEPING_OFF_EFFECTS or STATE_TAINTS.get(key) in found:
+                continue
+            if not tolerates(tolerations, key, value, effect):
+                found.append(f"taint {key}{'=' + value if value else ''}:{effect} not tolerated")
+        for resource in (GPU_RESOURCE, EFA_RESOURCE):
+            if self.capacity_of(resource) > self.allocatable_of(resource):
+                found.append(f"{self.allocatable_of(resource)} of {self.capacity_of(resource)} {resource} allocatable")
+        return found
 
     def capacity_of(self, resource: str) -> int:
         """The node's status.capacity of GPUs or EFA devices."""
@@ -103,6 +149,10 @@ class NodeInfo:
             allocatable_memory=quantity((node.get("status", {}).get("allocatable") or {}).get("memory")),
             gpus_capacity=None if gpus_capacity == gpus else gpus_capacity,
             efa_capacity=None if efa_capacity == efa else efa_capacity,
+            condition_ready=ready,
+            cordoned=not schedulable,
+            taints=tuple((str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                         for t in node.get("spec", {}).get("taints") or []),
         )
 
 
@@ -130,6 +180,19 @@ class Topology:
     gpus_per_node: int
     efa_per_node: int
     origins: Mapping[str, Origin] = field(default_factory=dict, compare=False)
+    # Every node of the type, whatever its state, with why the run's pods cannot use it fully
+    # (NodeInfo.problems; empty: healthy): the `nodes` check and config.nodes_of_type read it.
+    nodes_of_type: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)
+
+    @property
+    def user_set_count(self) -> bool:
+        """Whether NODE_COUNT (flag or env) chose the node count rather than discovery."""
+        origin = self.origins.get("node_count")
+        return origin is not None and origin.source in (Source.FLAG, Source.ENV)
+
+    def states_text(self) -> str:
+        """`a=Ready, b=NotReady; cordoned (spec.unschedulable)`: each node of the type and its state."""
+        return ", ".join(f"{name}={'; '.join(problems) or 'Ready'}" for name, problems in self.nodes_of_type)
 
     @property
     def node_count(self) -> int:
@@ -143,4 +206,8 @@ class Topology:
         """The discovered values as shown with the configuration (same names as the settings)."""
         values = {"node_type": self.node_type, "node_count": self.node_count,
                   "gpus_per_node": self.gpus_per_node, "efa_per_node": self.efa_per_node}
-        return {name: Resolved(value, self.origins[name], SETTINGS_BY_NAME[name]) for name, value in values.items()}
+        shown = {name: Resolved(value, self.origins[name], SETTINGS_BY_NAME[name]) for name, value in values.items()}
+        if self.nodes_of_type:
+            shown["nodes_of_type"] = Resolved(self.states_text(), Origin(
+                Source.DISCOVERED, f"every {INSTANCE_TYPE_LABEL}={self.node_type} node, whatever its state"))
+        return shown

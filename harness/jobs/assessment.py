@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.cluster.pods import mpi_role, node_of
 from harness.framework.context import TestContext
 from harness.jobs.job import Job, efa_expected
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -16,6 +17,7 @@ from harness.verdict import baseline
 from harness.verdict.bandwidth import BaselineKey
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
+from harness.verdict.nodes import check_multi_node, check_nodes
 from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training, workload_size
 
 # Not reported in the one-line summary: identities, not measurements.
@@ -135,6 +137,9 @@ def assess(t: TestContext, job: Job, workload: str | None = None,
     else:
         verdict, meta = training_verdict(t, metrics, job.world_size, workload,
                                          job.placement.processes_per_node)
+        # First: a node missing from the run explains a short or single-node job before any figure does.
+        workers = [node_of(pod) for pod in job.pods_seen.values() if mpi_role(pod) != "launcher"]
+        verdict.checks[:0] = [check_nodes(t.topology), check_multi_node(t.topology, workers)]
         if (efa := check_efa_path(t, job)) is not None:
             verdict.add(efa)
     if more is not None:

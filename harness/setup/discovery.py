@@ -12,7 +12,7 @@ checked against the nodes. The result is a Topology; the configuration is left a
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.cluster.cancel import CancelToken
 from harness.cluster.client import Cluster
@@ -20,7 +20,15 @@ from harness.cluster.conditions import nodes_advertise_gpus
 from harness.cluster.resources import NODE
 from harness.cluster.wait import wait_for
 from harness.config.settings import Config, Origin, Source
-from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL, NodeInfo, Topology, describe_nodes
+from harness.config.topology import (
+    DEFAULT_TOLERATIONS,
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    NodeInfo,
+    Topology,
+    describe_nodes,
+)
 from harness.config.values import format_duration
 from harness.errors import ConfigError, Interrupted, WaitTimeout
 from harness.verdict.capacity import expected_per_node
@@ -34,6 +42,8 @@ class Selection:
     ready: list[NodeInfo]
     count: int
     origins: dict[str, Origin]
+    # Every node of the type, whatever its state (NotReady, cordoned too), by name.
+    of_type: list[NodeInfo] = field(default_factory=list)
 
 
 def list_nodes(cluster: Cluster) -> list[NodeInfo]:
@@ -63,14 +73,18 @@ def select_nodes(nodes: list[NodeInfo], cfg: Config) -> Selection:
         found = ", ".join(sorted({n.instance_type for n in ready})) or "none"
         raise ConfigError(f"discover nodes: no Ready node of type {node_type!r} "
                           f"(set by {type_origin.detail}); types found: {found}")
+    of_type = sorted((n for n in nodes if n.instance_type == node_type), key=lambda n: n.name)
     if cfg.node_count is None:
-        count, count_origin = len(chosen), Origin(Source.DISCOVERED, f"Ready {node_type} nodes")
+        # The nodes of the type left out (NotReady, cordoned) are counted, so the source says so
+        # and the `nodes` check of every training test names them (harness/verdict/nodes.py).
+        count, count_origin = len(chosen), Origin(Source.DISCOVERED, f"Ready, schedulable {node_type} nodes: "
+                                                                     f"{len(chosen)} of the {len(of_type)} of the type")
     elif cfg.node_count > len(chosen):
         raise ConfigError(f"discover nodes: NODE_COUNT={cfg.node_count} but only {len(chosen)} Ready "
                           f"{node_type} nodes: {describe_nodes(chosen)}")
     else:
         count, count_origin = cfg.node_count, cfg.origin("node_count")
-    return Selection(node_type, chosen, count, {"node_type": type_origin, "node_count": count_origin})
+    return Selection(node_type, chosen, count, {"node_type": type_origin, "node_count": count_origin}, of_type)
 
 
 def _wait_for_gpus(cluster: Cluster, cfg: Config, selection: Selection, wanted: int,
@@ -88,7 +102,7 @@ def _wait_for_gpus(cluster: Cluster, cfg: Config, selection: Selection, wanted: 
     except Interrupted as exc:
         raise ConfigError(f"discover GPUs: {exc}") from None
     again = select_nodes(list_nodes(cluster), cfg)
-    return Selection(again.node_type, again.ready, selection.count, selection.origins)
+    return Selection(again.node_type, again.ready, selection.count, selection.origins, again.of_type)
 
 
 def _check_fits_node_type(selection: Selection, wanted: int) -> None:
@@ -147,5 +161,12 @@ def discover(cluster: Cluster, cfg: Config, cancel: CancelToken) -> Topology:
     usable, gpus, gpus_origin = _gpus(cluster, cfg, selection, cancel)
     chosen = usable[: selection.count]
     efa, efa_origin = _efa(cfg, selection.node_type, chosen)
+    tolerations = pod_tolerations(cfg)
+    states = tuple((n.name, tuple(n.problems(tolerations))) for n in selection.of_type)
     return Topology(selection.node_type, tuple(chosen), gpus, efa,
-                    {**selection.origins, "gpus_per_node": gpus_origin, "efa_per_node": efa_origin})
+                    {**selection.origins, "gpus_per_node": gpus_origin, "efa_per_node": efa_origin}, states)
+
+
+def pod_tolerations(cfg: Config) -> list[dict[str, str]]:
+    """The tolerations every pod of the suite carries (harness/jobs/launchers/base.py pod_tolerations)."""
+    return [*map(dict, DEFAULT_TOLERATIONS), *cfg.tolerations.as_pod_spec()]

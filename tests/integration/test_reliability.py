@@ -25,7 +25,7 @@ from harness.cluster.labels import MANAGED_BY_LABEL
 from harness.cluster.manifests import rbac_objects
 
 from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
-from .kubetest2_runs import OPT_IN_TESTS
+from .kubetest2_runs import OPT_IN_TESTS, case_properties, junit_cases, suite_properties
 
 pytestmark = pytest.mark.integration
 
@@ -128,6 +128,33 @@ def test_node_not_ready_mid_run_fails_naming_the_node(default_nodes: LocalCluste
     assert f"node {node} is NotReady" in failure_of(tmp_path).message
     assert time.monotonic() - started < 30
     run_local_cluster("node-ready", node)
+
+
+def test_a_node_not_ready_before_the_run_fails_the_nodes_check_unless_node_count_chose_fewer(
+        default_nodes: LocalCluster, tmp_path: Path):
+    """Issue 34: kwok-cpu-1 NotReady before the run; the job ran on kwok-cpu-0 alone and passed.
+    Now the `nodes` check names the node and `multi_node` says no traffic crossed a node; with
+    NODE_COUNT=1 both pass and say it was the user's choice (the canned 2-rank log then fails ranks)."""
+    default_nodes.set_node_ready("kwok-cpu-1", False)
+    try:
+        process, _ = start(default_nodes, tmp_path / "counted")
+        code, output = finish(process)
+        assert code == 1, output
+        props = case_properties(junit_cases(tmp_path / "counted", "e2e-nvidia-training")["TestBertTraining"])
+        assert props["check.nodes"].startswith("fail: the run uses 1 of the 2 kwok-cpu nodes"), props
+        assert "left out: kwok-cpu-1 (NotReady)" in props["check.nodes"], props["check.nodes"]
+        multi_node = props["check.multi_node"]
+        assert multi_node.startswith("fail:") and "no traffic crossed a node" in multi_node, multi_node
+        assert failure_of(tmp_path / "counted").message.startswith("the run uses 1 of the 2 kwok-cpu nodes")
+        configuration = suite_properties(tmp_path / "counted", "e2e-nvidia-training")
+        assert configuration["config.nodes_of_type"] == "kwok-cpu-0=Ready, kwok-cpu-1=NotReady", configuration
+        process, _ = start(default_nodes, tmp_path / "chosen", env={"NODE_COUNT": "1"})
+        code, output = finish(process)
+        props = case_properties(junit_cases(tmp_path / "chosen", "e2e-nvidia-training")["TestBertTraining"])
+        assert props["check.nodes"].startswith("pass:") and "the user's choice" in props["check.nodes"], props
+        assert props["check.multi_node"].startswith("pass:"), props
+    finally:
+        default_nodes.set_node_ready("kwok-cpu-1", True)
 
 
 def test_api_server_restart_mid_wait_resumes(cluster: LocalCluster, tmp_path: Path):

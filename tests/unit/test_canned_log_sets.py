@@ -140,3 +140,37 @@ def test_the_canned_gpu_logs_are_what_the_generator_writes():
     from canned_gpu_logs import main as generate
 
     assert generate(["--check"]) == 0, "hack/canned-logs differ from hack/canned_gpu_logs.py: rerun it"
+
+
+class RecordingApi:
+    """What CannedPods writes: the Logs object and the pod's annotations."""
+
+    def __init__(self) -> None:
+        self.patches: list[dict] = []
+
+    def apply(self, obj: dict, manager: str) -> None:
+        pass
+
+    def merge_patch(self, kind: str, name: str, patch: dict, namespace: str | None = None) -> None:
+        self.patches.append(patch)
+
+
+def test_a_pod_canned_because_a_container_has_no_command_is_reported_canned(tmp_path):
+    """No canned-log annotation, a container without `command`: the agent serves canned logs, and
+    the pod must not read as a real container run (issue 34, item 4)."""
+    from local_cluster.pod_files import PodFiles
+
+    from harness.cluster.pods import execution_of
+
+    api = RecordingApi()
+    pods = CannedPods(api=api, files=PodFiles(tmp_path / "logs", tmp_path / "scratch"),  # type: ignore[arg-type]
+                      canned_logs_dir=CANNED, default_canned_log="bert-mpirun-32ranks")
+    pod = {"metadata": {"name": "w-0", "namespace": "ns", "uid": "u1", "annotations": {}},
+           "spec": {"nodeName": "kwok-0", "containers": [{"name": "worker", "image": "bert"}]}}
+    assert execution_of(pod) == "container"  # nothing yet says it is canned
+    pods.serve(pod)
+    annotations = api.patches[-1]["metadata"]["annotations"]
+    assert annotations["kubetest2-training.local/canned-because"].startswith("no command")
+    assert "worker" in annotations["kubetest2-training.local/canned-because"]
+    pod["metadata"]["annotations"] = annotations
+    assert execution_of(pod) == "canned"

@@ -25,7 +25,9 @@ def test_the_single_type_present_and_all_its_ready_nodes_are_chosen():
     assert selection.node_type == "p4d.24xlarge" and selection.count == 2
     assert [n.name for n in selection.ready] == ["a", "b"]
     assert selection.origins["node_type"] == Origin(Source.DISCOVERED, "node.kubernetes.io/instance-type")
-    assert selection.origins["node_count"] == Origin(Source.DISCOVERED, "Ready p4d.24xlarge nodes")
+    assert selection.origins["node_count"] == Origin(
+        Source.DISCOVERED, "Ready, schedulable p4d.24xlarge nodes: 2 of the 3 of the type")
+    assert [n.name for n in selection.of_type] == ["a", "b", "c"]  # the NotReady one is counted
 
 
 def test_mixed_types_need_node_type_which_keeps_its_source():
