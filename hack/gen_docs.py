@@ -48,8 +48,8 @@ class Entry:
     settings: tuple[str, ...]
 
 
-TRAINING_CHECKS = ("parse", "workload", "ranks", "steps", "throughput", "loss", "replicas", "device", "gpus",
-                   "throughput_minimum", "baseline.nodes", "straggler.<key>")
+TRAINING_CHECKS = ("nodes", "multi_node", "parse", "workload", "ranks", "steps", "throughput", "loss", "replicas",
+                   "device", "gpus", "throughput_minimum", "baseline.nodes", "straggler.<key>")
 TRAINING_SETTINGS = ("LAUNCHER", "TRAINING_IMAGE", "WORKLOAD_SIZE", "ACCELERATOR", "GPUS_PER_NODE", "NODE_COUNT",
                      "MIN_THROUGHPUT_PER_GPU", "BASELINE", "BASELINE_TOLERANCE", "STRAGGLER_FRACTION",
                      "--test.short")
@@ -120,6 +120,12 @@ CATALOGUE: dict[str, Entry] = {
 
 # Every check a test above names: when it fails, and where its threshold comes from.
 CHECKS: dict[str, tuple[str, str]] = {
+    "nodes": ("the run uses fewer nodes than the type has (NotReady, cordoned, an untolerated taint, fewer GPUs or "
+              "EFA allocatable than capacity), each left-out node named with why; a lower "
+              "`NODE_COUNT` set by the user passes",
+              "docs/DEGRADED-CLUSTERS.md"),
+    "multi_node": ("a multi-node test ran on one node: no traffic crossed a node (passes when the user set "
+                   "`NODE_COUNT=1`)", "-"),
     "parse": ("a value in the logs is malformed, or one rank reported twice with different values", "-"),
     "workload": ("the logs are another workload's", "-"),
     "ranks": ("a rank of 0..world_size-1 reported nothing, or one outside it reported", "-"),
