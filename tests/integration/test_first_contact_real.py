@@ -178,7 +178,9 @@ echo APT-INSTALL-DONE
 def placement(namespace: str, nodes: list[str], image: str) -> Placement:
     return Placement(namespace=namespace, labels={"app.kubernetes.io/managed-by": "kubetest2-training"},
                      pod_annotations={}, pod_env={}, node_type=REAL_NODE_TYPE, node_names=tuple(nodes),
-                     processes_per_node=0, efa_per_node=0, accelerator="cpu", image=image, job_timeout=300)
+                     processes_per_node=0, efa_per_node=0, accelerator="cpu", image=image, job_timeout=300,
+                     # The isolated nodes reach no registry: the image is imported, never pulled.
+                     image_pull_policy="IfNotPresent")
 
 
 def apply(cluster: LocalCluster, launcher: str, workload: Workload, where: Placement) -> None:
