@@ -407,9 +407,9 @@ def test_restarting_the_api_server_keeps_the_cluster_working(cluster: LocalClust
 
 
 def local_cluster_settings() -> Any:
-    """hack/local_cluster's Settings, as `hack/local-cluster` resolves them from this environment."""
-    sys.path.insert(0, str(REPO / "hack"))
-    from local_cluster.settings import Settings
+    """localcluster/'s Settings, as `hack/local-cluster` resolves them from this environment."""
+    sys.path.insert(0, str(REPO))
+    from localcluster.base.settings import Settings
 
     return Settings.from_env(dict(os.environ))
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
-
-from local_cluster.canned_pods import CannedPods
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.metrics.records import combine, scan_file, scan_lines
 from harness.verdict.rejudge import run as verdict_main
+from localcluster.emulation.canned_pods import CannedPods
 from testbins import e2e_nvidia
 
 CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"
@@ -158,9 +157,8 @@ class RecordingApi:
 def test_a_pod_canned_because_a_container_has_no_command_is_reported_canned(tmp_path):
     """No canned-log annotation, a container without `command`: the agent serves canned logs, and
     the pod must not read as a real container run (issue 34, item 4)."""
-    from local_cluster.pod_files import PodFiles
-
     from harness.cluster.pods import execution_of
+    from localcluster.hostnodes.pod_files import PodFiles
 
     api = RecordingApi()
     pods = CannedPods(api=api, files=PodFiles(tmp_path / "logs", tmp_path / "scratch"),  # type: ignore[arg-type]
