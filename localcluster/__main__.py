@@ -1,4 +1,7 @@
-"""`python -m localcluster` (what hack/local-cluster runs)."""
+"""`python -m localcluster` (what hack/local-cluster runs).
+
+May import: localcluster.cli.
+"""
 
 import sys
 

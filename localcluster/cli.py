@@ -1,5 +1,9 @@
 """Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, node-slow, node-cpus,
-stop/restart."""
+stop/restart.
+
+May import: localcluster.base, localcluster.control, localcluster.emulation, localcluster.realnodes,
+localcluster.cluster.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The cluster's lifecycle: up (idempotent), down, status, and waiting for it to be usable."""
+"""The cluster's lifecycle: up (idempotent), down, status, and waiting for it to be usable.
+
+May import: localcluster.base, localcluster.control, localcluster.emulation, localcluster.realnodes.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,9 @@ import fcntl
 import hashlib
 import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from localcluster.control.kubeconfig import write_kubeconfig
 from localcluster.control.pki import CLIENT_IDENTITIES, Pki
 from localcluster.control.processes import ProcessRecord, code_fingerprint
 from localcluster.control.training_controllers import TRAINING_CONTROLLERS
+from localcluster.control.waits import ClusterError, progress, wait_until
 from localcluster.emulation import node_cpus, nodes
 from localcluster.realnodes.manager import RealNodeError, RealNodes
 
@@ -50,26 +52,6 @@ CRD_SOURCE_ANNOTATION = "kubetest2-training.local/crd-file-sha256"
 # at most this many of those not ready named in a timeout's message.
 NODE_WAIT_S_PER_NODE = 0.5
 NODES_SHOWN = 10
-
-
-class ClusterError(Exception):
-    """`up`, `down` or a wait failed; the message says which step and why."""
-
-
-def progress(message: str) -> None:
-    print(f"[local-cluster {datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str,
-               last_state: Callable[[], str] = lambda: "", interval_s: float = 0.25) -> None:
-    """Polls condition until true; ClusterError naming what was awaited (and the last state seen)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            state = last_state()
-            raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}"
-                               + (f"; last state: {state}" if state else ""))
-        time.sleep(interval_s)
 
 
 @dataclass

@@ -19,6 +19,8 @@ The NVIDIA device plugin's GPU sharing is played on the kwok GPU nodes (gpu_shar
 Pods bound to any other node (a real node's kubelet runs them, real_nodes/) are not the agent's.
 
 Run by `hack/local-cluster up` as `python -m localcluster.node_agent`.
+
+May import: localcluster.base, localcluster.control, localcluster.hostnodes, localcluster.emulation.
 """
 
 from __future__ import annotations

@@ -5,4 +5,6 @@ a hash of each image's inputs, and imports them into a containerd. See images/RE
 Modules: names (the images' names and tags), specs (what each is built from; the input hash),
 bases (the stand-in bases), build (build, export, import, clean), tools (running commands),
 __main__ (the command line).
+
+May import: localcluster.base.
 """

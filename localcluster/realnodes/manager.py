@@ -38,6 +38,7 @@ from localcluster.control.api import ApiClient, ApiError
 from localcluster.control.kubeconfig import write_kubeconfig
 from localcluster.control.pki import Pki
 from localcluster.control.processes import ProcessRecord, code_fingerprint
+from localcluster.control.waits import progress, wait_until
 from localcluster.realnodes import configs, images, network, preflight
 from localcluster.realnodes.holder import READY_FILE
 
@@ -52,7 +53,6 @@ class RealNodeError(Exception):
 
 
 def log(message: str) -> None:
-    from localcluster.cluster import progress  # cluster imports this module
     progress(message)
 
 
@@ -468,7 +468,6 @@ class RealNodes:
             "ports": [{"name": n, "port": p, "protocol": proto} for n, p, proto in ports]}, FIELD_MANAGER)
 
     def wait_ready(self, api: ApiClient) -> None:
-        from localcluster.cluster import wait_until
         from localcluster.emulation.nodes import node_accepts_pods
         names = [n.name for n in self.nodes()]
 
