@@ -1,4 +1,5 @@
-"""`python -m localcluster` (what hack/local-cluster runs).
+"""`python -m localcluster` (what hack/local-cluster runs): the command line, run as a module so the
+subprocesses the cluster starts find the same package on the same PYTHONPATH.
 
 May import: localcluster.cli.
 """
