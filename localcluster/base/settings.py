@@ -59,7 +59,7 @@ class Settings:
     wait_timeout_s: float
     # Real nodes (kubelet + containerd) beside the kwok nodes; None: as many as the state records.
     real_nodes: int | None = None
-    canned_logs_dir: Path = field(default=HACK_DIR / "canned-logs")
+    canned_logs_dir: Path = field(default=REPO_DIR / "localcluster" / "emulation" / "canned_logs")
     stages_file: Path = field(default=HACK_DIR / "kwok" / "stages.yaml")
     build_script: Path = field(default=HACK_DIR / "build-binaries.sh")
 

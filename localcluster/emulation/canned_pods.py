@@ -1,6 +1,6 @@
 """Pods with canned logs: fault injection and GPU output, by annotation (hack/README.md).
 
-Every container's log is `hack/canned-logs/<name>.log`, written at once when the pod is bound, and
+Every container's log is `localcluster/emulation/canned_logs/<name>.log`, written at once when the pod is bound, and
 kwok's stages drive the pod (stage pod-ready waits for the annotation
 `kubetest2-training.local/logs-ready`, as a kubelet starts containers only once it can log them).
 `{index}` in a name is the pod's index in its job (an Indexed Job's completion index, an MPIJob
