@@ -8,7 +8,7 @@ scale, API requests per test, CPU time of a 256-pod job. One `name: value unit` 
 The cluster is a local cluster of its own (`KT2T_STATE=/tmp/kt2t-bench/cluster KT2T_PORT_OFFSET=300`
 unless KT2T_STATE and KT2T_PORT_OFFSET are set), never the default one other sessions test on; it
 is brought down at the end (`--keep-cluster` leaves it running for the next invocation). The 1 MiB
-canned log the log figures use, `hack/canned-logs/bench-1mib.log`, is written at start and removed
+canned log the log figures use, `localcluster/emulation/canned_logs/bench-1mib.log`, is written at start and removed
 at the end. Run it with the project's venv: it imports the installed `harness` package.
 """
 
@@ -48,7 +48,7 @@ BINARY = PYTHON.parent / "e2e-nvidia-training"
 WORK = Path("/tmp/kt2t-bench")
 # The bench's own cluster; KT2T_STATE and KT2T_PORT_OFFSET in the environment choose another.
 CLUSTER = BenchCluster.from_env(WORK / "cluster", 300)
-CANNED_LOG = REPO / "hack" / "canned-logs" / "bench-1mib.log"
+CANNED_LOG = REPO / "localcluster" / "emulation" / "canned_logs" / "bench-1mib.log"
 ANNOTATION = "kubetest2-training.local"
 # The canned log of the binary's pods: the node agent runs pods for real unless one is named.
 BERT_LOG = "bert-mpirun-32ranks"
@@ -74,7 +74,7 @@ def bench_namespace(cluster: Cluster, prefix: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def canned_log_1mib() -> Iterator[str]:
-    """hack/canned-logs/bench-1mib.log: 1 MiB of ~100-byte lines (the node agent serves it)."""
+    """localcluster/emulation/canned_logs/bench-1mib.log: 1 MiB of ~100-byte lines (the node agent serves it)."""
     lines, size, i = [], 0, 0
     while size < 1024 * 1024:
         line = f"bench line {i:07d} step={i} loss={1 / (i + 1):.6f} " + "x" * 50

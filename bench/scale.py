@@ -53,7 +53,7 @@ from bench_common import BenchCluster, emit, progress
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = Path(sys.executable)
 BINARY = PYTHON.parent / "e2e-nvidia-training"
-CANNED = REPO / "hack" / "canned-logs"
+CANNED = REPO / "localcluster" / "emulation" / "canned_logs"
 WORK = Path("/tmp/kt2t-bench/scale")
 CLUSTER = BenchCluster.from_env(WORK / "cluster", 400)
 ANNOTATION = "kubetest2-training.local"
@@ -202,7 +202,8 @@ def set_gpu_nodes(kubeconfig: str, count: int) -> None:
 
 @contextlib.contextmanager
 def canned_logs(launcher: str, nodes: int) -> Iterator[dict[str, str]]:
-    """Writes each pod's generated log under hack/canned-logs/; yields the POD_ANNOTATIONS for them."""
+    """Writes each pod's generated log under localcluster/emulation/canned_logs/; yields the
+    POD_ANNOTATIONS for them."""
     written: list[Path] = []
     if launcher == "torchrun":
         size = scale_logs.write_pod_logs(CANNED, f"{LOG_PREFIX}-torchrun", nodes, GPUS_PER_NODE)

@@ -204,7 +204,7 @@ for crd in "${CRDS[@]}"; do
 done
 
 # Kubeflow Trainer's controller manager and the JobSet controller, unpatched: both take their
-# listen addresses and webhook certificates from a config file (hack/local_cluster/components.py).
+# listen addresses and webhook certificates from a config file (localcluster/control/components.py).
 build_tool trainer "$TRAINER_VERSION" "-s -w" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 # build_jobset OUT: JobSet's main package is its module's root; named as upstream's Deployment is.
 build_jobset() {
@@ -213,7 +213,7 @@ build_jobset() {
 }
 jobset_dest="$KT2T_CACHE/jobset@$JOBSET_VERSION"
 cached_build "jobset@$JOBSET_VERSION" "$jobset_dest" jobset-controller-manager build_jobset
-# Real nodes (hack/local_cluster/real_nodes/): kubelet and kube-proxy from the same pinned
+# Real nodes (localcluster/realnodes/): kubelet and kube-proxy from the same pinned
 # kubernetes module (a cache folder of their own, so the control plane's stays valid), and CoreDNS
 # with only the plugins hack/go/coredns/main.go lists.
 node_dirs=()

@@ -1,4 +1,5 @@
-"""Writes the canned GPU logs of the training workloads (hack/canned-logs/<workload>-<shape>-<variant>-<index>.log).
+"""Writes the canned GPU logs of the training workloads
+(localcluster/emulation/canned_logs/<workload>-<shape>-<variant>-<index>.log).
 
     PYTHONPATH=. python hack/canned_gpu_logs.py            # (re)write them
     PYTHONPATH=. python hack/canned_gpu_logs.py --check    # exit 1 when a file differs from what it would write
@@ -32,7 +33,7 @@ from workloads import bert, hardware, metric_lines, mnist, nanogpt
 from workloads.distributed import DistEnv, Session
 from workloads.flops import table
 
-OUT = Path(__file__).resolve().parent / "canned-logs"
+OUT = Path(__file__).resolve().parents[1] / "localcluster" / "emulation" / "canned_logs"
 NODES = 2  # the local cluster's default node count (KT2T_NODE_COUNT)
 GPUS = 8  # per node: p5.48xlarge and p3.16xlarge
 # 0.6, not 0.7: a node at 0.7x would sit exactly on the verdict's STRAGGLER_FRACTION (0.7) and be
@@ -244,8 +245,8 @@ VARIANTS = ("healthy", "straggler")
 
 def header(workload: str, shape: Shape, variant: str, index: int) -> str:
     slow = f"; node kwok-{shape.name}-{SLOW_NODE} computes at {STRAGGLER_SPEED}x" if variant == "straggler" else ""
-    return (f"# CANNED OUTPUT for the local cluster (hack/canned-logs): synthetic, not a measurement; "
-            f"pod {index} of {NODES} ({GPUS} ranks each) of python -m workloads.{workload} --size "
+    return ("# CANNED OUTPUT for the local cluster (localcluster/emulation/canned_logs): synthetic, "
+            f"not a measurement; pod {index} of {NODES} ({GPUS} ranks each) of python -m workloads.{workload} --size "
             f"{SIZES[workload]} on {shape.node_type} ({shape.gpu_name}){slow}; written by hack/canned_gpu_logs.py "
             f"(the workloads' own reporting code, numbers from the floors' anchors)")
 

@@ -3,15 +3,15 @@
 # (idempotent; needs root for apt-get, otherwise names what to install and fails).
 # Python (3.10+) and Go (1.25+; an older go fetches the pinned toolchain from the module proxy)
 # must already be on the machine: the README says so.
-# Usage: hack/system-packages.sh [COMMAND=PACKAGE ...]   (hack/system-packages.txt's rows, plus any given)
+# Usage: hack/system-packages.sh [COMMAND=PACKAGE ...]   (localcluster/base/system_packages.txt's rows, plus any given)
 set -euo pipefail
 log() { echo "[system-packages $(date +%H:%M:%S)] $*" >&2; }
 
-# command (or file) -> Debian package that provides it: every row of hack/system-packages.txt.
+# command (or file) -> Debian package that provides it: every row of localcluster/base/system_packages.txt.
 declare -A PACKAGE_OF=()
 while read -r item package _; do
   [[ -z $item || $item == \#* ]] || PACKAGE_OF[$item]=$package
-done < "$(dirname "$0")/system-packages.txt"
+done < "$(dirname "$0")/../localcluster/base/system_packages.txt"
 for extra in "$@"; do PACKAGE_OF[${extra%%=*}]=${extra#*=}; done
 
 for tool in python3 go; do

@@ -88,7 +88,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report.outcome = "failed"
     report.longrepr = (f"{item.nodeid} ({', '.join(guarded)}) skipped as root: {reason}\n"
                        "As root this test can run: a skip here is lost coverage, so it fails the run. "
-                       "Install what is missing (hack/setup.sh installs hack/system-packages.txt) or fix the cause.")
+                       "Install what is missing (hack/system-packages.sh) or fix the cause.")
 
 
 def _record(line: str) -> None:

@@ -51,7 +51,7 @@ E2E_FRAMEWORK = "e2e-framework flags"
 KLOG = "klog flags"
 DEFAULT_ARTIFACTS = "_artifacts"
 # upstream's default --pytorchImage (test/cases/nvidia/main_test.go): an AWS Deep Learning Container.
-# The images this project builds (`hack/images build`; their names are hack/images_build/names.py's),
+# The images this project builds (`hack/images build`; their names are localcluster/images/names.py's),
 # tagged with the project's version, never `latest`: no registry serves them, a node runs what was
 # imported into its containerd (imagePullPolicy IfNotPresent in every template).
 PROJECT_IMAGE_REPOSITORY = "kubetest2-training"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "hack"))
+sys.path.insert(0, str(REPO))
 
-from images_build import build, names, specs  # noqa: E402
-from images_build.specs import SPECS, input_hash  # noqa: E402
+from localcluster.images import build, names, specs  # noqa: E402
+from localcluster.images.specs import SPECS, input_hash  # noqa: E402
 
 RECIPES = {"debian:bookworm-slim": "d1", "golang:1.25-bookworm": "g1"}
 
@@ -117,9 +117,9 @@ def test_dockerignore_leaves_out_what_the_hash_leaves_out():
     lines = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
     for pattern in specs.IGNORED:
-        assert f"**/{pattern}" in lines, f".dockerignore lacks **/{pattern} (hack/images_build/specs.py IGNORED)"
+        assert f"**/{pattern}" in lines, f".dockerignore lacks **/{pattern} (localcluster/images/specs.py IGNORED)"
     for path in specs.EXCLUDED:
-        assert path in lines, f".dockerignore lacks {path} (hack/images_build/specs.py EXCLUDED)"
+        assert path in lines, f".dockerignore lacks {path} (localcluster/images/specs.py EXCLUDED)"
 
 
 def test_names_are_qualified_versioned_and_never_latest():

@@ -1,6 +1,6 @@
 """TestDcgmDiagnostics (issue 23 item 14) through the real kubetest2 on the local cluster's p5 nodes:
 upstream's opt-in flags, a per-node Job in the DCGM image with every GPU of its node, and each node's
-`dcgmi diag -j` report judged per GPU. The reports are canned (hack/canned-logs: synthetic, marked);
+`dcgmi diag -j` report judged per GPU. The reports are canned (localcluster/emulation/canned_logs: synthetic, marked);
 what is real is the flags, the Jobs the API server admits, their deadline and the verdict."""
 
 from __future__ import annotations

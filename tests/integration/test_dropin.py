@@ -1,6 +1,6 @@
 """A drop-in for upstream's binaries, on the local cluster through the real kubetest2: upstream's CI
 lines verbatim (but the binary path and a real image name) on nodes of upstream's instance types,
-with canned GPU output (hack/canned-logs/nvidia-suite, keyed by job); the add-ons upstream's
+with canned GPU output (localcluster/emulation/canned_logs/nvidia-suite, keyed by job); the add-ons upstream's
 TestMain installs (device plugins, mpi-operator), installed only when missing and removed after;
 and what each signal does to the binary under `kubetest2 ... --test=exec`.
 """

@@ -1,6 +1,6 @@
 """GPU sharing through the real kubetest2 on kwok p5 nodes (issue 23 item 14): TestTimeSlicing and
 TestMps replace the device plugin this run installed by a sharing one, the node agent plays its
-sharing (hack/local_cluster/gpu_sharing.py: advertised GPUs, replica UUIDs, compute mode), the
+sharing (localcluster/emulation/gpu_sharing.py: advertised GPUs, replica UUIDs, compute mode), the
 verdicts judge it, and the stock plugin comes back; a node whose plugin does not share fails the
 test naming it, and is restored all the same."""
 

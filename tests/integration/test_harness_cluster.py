@@ -3,7 +3,7 @@
 apply (core objects and an MPIJob), watch-based waits (success and every failure mode, injected
 through kwok), log capture of several pods and containers, deletion, discovery on both node
 shapes, and every manifest template checked by a server-side dry-run. Pods here are kwok's and
-their logs canned (hack/canned-logs/).
+their logs canned (localcluster/emulation/canned_logs/).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def test_log_capture_of_several_pods_and_containers(cluster: LocalCluster, kube:
         wait_for_log(cluster, namespace, pod["metadata"]["name"])
     captured = capture_pod_logs(kube, namespace, pods, tmp_path)
     assert len(captured) == 6
-    canned = (REPO / "hack" / "canned-logs")
+    canned = (REPO / "localcluster" / "emulation" / "canned_logs")
     for entry in captured:
         text = entry.path.read_text().splitlines()
         assert text[0] == f"=== pod {entry.pod} | node {entry.node} | container {entry.container}"

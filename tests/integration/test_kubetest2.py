@@ -1,6 +1,6 @@
 """The suites through the real kubetest2 binary (noop deployer; exec and training testers).
 
-The pods here are kwok's with canned logs (hack/canned-logs/: the upstream 32-rank BERT run), so
+The pods here are kwok's with canned logs (localcluster/emulation/canned_logs/: the upstream 32-rank BERT run), so
 the test names say canned_logs; what is checked is the whole path a CI run takes: kubetest2 ->
 tester -> binary -> API server -> Job -> pods -> logs -> metrics -> JUnit -> exit code.
 """

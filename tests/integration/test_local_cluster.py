@@ -1,6 +1,6 @@
 """The local cluster itself (hack/local-cluster): nodes, pods through kwok's stages, logs, MPIJob, down.
 
-Pods here are kwok's: they run nothing, their logs are canned (hack/canned-logs/); `job()` says so
+Pods here are kwok's: they run nothing, their logs are canned (localcluster/emulation/canned_logs/); `job()` says so
 with the canned-log annotation (without one the node agent would run their command for real, see
 test_pod_execution.py).
 """
@@ -28,7 +28,7 @@ from .conftest import LOCAL_CLUSTER, REPO, LocalCluster, describe_pod, run_local
 
 pytestmark = pytest.mark.integration
 
-CANNED_LOGS = REPO / "hack" / "canned-logs"
+CANNED_LOGS = REPO / "localcluster" / "emulation" / "canned_logs"
 ANNOTATION = "kubetest2-training.local/"
 
 
@@ -407,9 +407,9 @@ def test_restarting_the_api_server_keeps_the_cluster_working(cluster: LocalClust
 
 
 def local_cluster_settings() -> Any:
-    """hack/local_cluster's Settings, as `hack/local-cluster` resolves them from this environment."""
-    sys.path.insert(0, str(REPO / "hack"))
-    from local_cluster.settings import Settings
+    """localcluster/'s Settings, as `hack/local-cluster` resolves them from this environment."""
+    sys.path.insert(0, str(REPO))
+    from localcluster.base.settings import Settings
 
     return Settings.from_env(dict(os.environ))
 

@@ -1,7 +1,7 @@
 """A node's own CPUs (`hack/local-cluster node-cpus`): the node agent runs the processes of the pods
 on a node labelled `kubetest2-training.local/cpus=<cores>` in a cgroup of the node's with that CFS
 quota, so a busy pod there gets that share of a core whatever runs beside it, and a pod on an
-unlimited node does not (hack/local_cluster/node_cpus.py). Needs root and a cgroup cpu controller.
+unlimited node does not (localcluster/emulation/node_cpus.py). Needs root and a cgroup cpu controller.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.node_cpus import CpuHierarchy
+from localcluster.emulation.node_cpus import CpuHierarchy
 
 from .conftest import LOCAL_CLUSTER, LocalCluster, watch_pods
 from .test_pod_execution import terminated

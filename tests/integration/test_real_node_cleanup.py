@@ -18,9 +18,9 @@ from kubernetes import client, config
 from .conftest import LOCAL_CLUSTER, REPO, wait_for
 from .test_pod_execution import pid_alive
 
-sys.path.insert(0, str(REPO / "hack"))
-from local_cluster.real_nodes import linux
-from local_cluster.real_nodes.layout import ClusterLayout
+sys.path.insert(0, str(REPO))
+from localcluster.base import linux
+from localcluster.base.layout import ClusterLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 

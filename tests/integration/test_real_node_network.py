@@ -18,9 +18,9 @@ import pytest
 
 from .conftest import REPO
 
-sys.path.insert(0, str(REPO / "hack"))
-from local_cluster.real_nodes import network
-from local_cluster.real_nodes.layout import ClusterLayout
+sys.path.insert(0, str(REPO))
+from localcluster.base.layout import ClusterLayout
+from localcluster.realnodes import network
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes,
               pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]

@@ -24,9 +24,9 @@ from kubernetes.stream import stream
 from .conftest import REPO, LocalCluster, image_on_real_nodes, wait_for
 from .kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases
 
-sys.path.insert(0, str(REPO / "hack"))
-from local_cluster.real_nodes import linux
-from local_cluster.real_nodes.layout import ClusterLayout
+sys.path.insert(0, str(REPO))
+from localcluster.base import linux
+from localcluster.base.layout import ClusterLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes, pytest.mark.images]
 

@@ -1,4 +1,4 @@
-"""Real nodes of the local cluster (hack/local_cluster/real_nodes/): kubelet and containerd in network
+"""Real nodes of the local cluster (localcluster/realnodes/): kubelet and containerd in network
 namespaces of the cluster's own, pods in containers of the busybox test image, the network between them
 (pods across nodes, Services through kube-proxy, CoreDNS, the API server through the `kubernetes`
 Service), the host reaching them only through the API server, and nothing leaving the cluster network.
@@ -19,8 +19,8 @@ from kubernetes.stream import stream
 
 from .conftest import REPO, LocalCluster, real_node_names, run_local_cluster, wait_for, watch_pods
 
-sys.path.insert(0, str(REPO / "hack"))
-from local_cluster.real_nodes.layout import ClusterLayout
+sys.path.insert(0, str(REPO))
+from localcluster.base.layout import ClusterLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 

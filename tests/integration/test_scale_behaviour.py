@@ -8,7 +8,7 @@
   and run-id labels, their own pods' metrics in their verdicts, and one's cleanup leaves the other
   running.
 
-Pods here are canned (hack/canned-logs/, one generated log per pod through the `{index}` name).
+Pods here are canned (localcluster/emulation/canned_logs/, one generated log per pod through the `{index}` name).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ pytestmark = pytest.mark.integration
 
 BINARY = "e2e-nvidia-training"
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-CANNED_LOGS = REPO / "hack" / "canned-logs"
+CANNED_LOGS = REPO / "localcluster" / "emulation" / "canned_logs"
 RUN_ID_LABEL = "kubetest2-training/run-id"
 
 
 def canned_training_logs(prefix: str, pods: int, ranks_per_pod: int, throughput: float) -> list[Path]:
-    """hack/canned-logs/<prefix>-<i>.log: pod i's ranks report a falling loss and `throughput`."""
+    """localcluster/emulation/canned_logs/<prefix>-<i>.log: pod i's ranks report a falling loss and `throughput`."""
     paths = []
     world_size = pods * ranks_per_pod
     for pod in range(pods):

@@ -1,4 +1,4 @@
-"""Canned-log sets (hack/canned-logs/<set>/): the node agent picks a pod's log by its job and
+"""Canned-log sets (localcluster/emulation/canned_logs/<set>/): the node agent picks a pod's log by its job and
 container, and the nvidia-suite set holds what each test of the nvidia suite parses."""
 
 from __future__ import annotations
@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
-
-from local_cluster.canned_pods import CannedPods
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.metrics.records import combine, scan_file, scan_lines
 from harness.verdict.rejudge import run as verdict_main
+from localcluster.emulation.canned_pods import CannedPods
 from testbins import e2e_nvidia
 
-CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"
+CANNED = Path(__file__).resolve().parents[2] / "localcluster" / "emulation" / "canned_logs"
 NVIDIA_SUITE = CANNED / "nvidia-suite"
 
 
@@ -136,10 +135,11 @@ def test_healthy_canned_gpu_runs_pass_and_stragglers_name_the_slow_node(workload
 
 def test_the_canned_gpu_logs_are_what_the_generator_writes():
     pytest.importorskip("torch")
-    sys.path.insert(0, str(CANNED.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
     from canned_gpu_logs import main as generate
 
-    assert generate(["--check"]) == 0, "hack/canned-logs differ from hack/canned_gpu_logs.py: rerun it"
+    assert generate(["--check"]) == 0, \
+        "localcluster/emulation/canned_logs differ from hack/canned_gpu_logs.py: rerun it"
 
 
 class RecordingApi:
@@ -158,9 +158,8 @@ class RecordingApi:
 def test_a_pod_canned_because_a_container_has_no_command_is_reported_canned(tmp_path):
     """No canned-log annotation, a container without `command`: the agent serves canned logs, and
     the pod must not read as a real container run (issue 34, item 4)."""
-    from local_cluster.pod_files import PodFiles
-
     from harness.cluster.pods import execution_of
+    from localcluster.hostnodes.pod_files import PodFiles
 
     api = RecordingApi()
     pods = CannedPods(api=api, files=PodFiles(tmp_path / "logs", tmp_path / "scratch"),  # type: ignore[arg-type]

@@ -104,7 +104,7 @@ _skip_without_root_tools = pytest.mark.skipif(
 
 def needs_root_tools(test: Callable[[], None]) -> Callable[[], None]:
     """Skips without root and the tools; as root a skip fails the run (tests/tiers.py, root_only):
-    hack/system-packages.txt installs capsh, so a skip there is lost coverage."""
+    localcluster/base/system_packages.txt installs capsh, so a skip there is lost coverage."""
     return pytest.mark.root_only(_skip_without_root_tools(test))
 
 

@@ -1,4 +1,4 @@
-"""The node agent's view of a container (hack/local_cluster/container_env.py, loopback_names.py,
+"""The node agent's view of a container (localcluster/hostnodes/container_env.py, loopback_names.py,
 volumes.py): `$(VAR)` expansion with the kubelet's rules, field refs, the loopback rewriting of
 cluster names and ports, and container paths mapped into the pod's scratch folder."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.container_env import ContainerConfigError, expand, field_value
-from local_cluster.loopback_names import LoopbackNames, PortAllocator
-from local_cluster.volumes import PathMap, projected_files
+from localcluster.hostnodes.container_env import ContainerConfigError, expand, field_value
+from localcluster.hostnodes.loopback_names import LoopbackNames, PortAllocator
+from localcluster.hostnodes.volumes import PathMap, projected_files
 
 VARS = {"A": "1", "B": "two"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.verdict.checks import Status
 from harness.verdict.dcgm import FAIL, PASS, SKIP, judge_dcgm, parse_report
 
-CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"
+CANNED = Path(__file__).resolve().parents[2] / "localcluster" / "emulation" / "canned_logs"
 
 
 def report(node: str, results: list[dict], exit_status: int = 0, prefix: str = "") -> list[str]:

@@ -17,7 +17,7 @@ from harness.verdict.thresholds import _document, throughput_floor
 from harness.verdict.training import WORKLOADS, Expectation, judge_training, workload_size
 from workloads.flops import table
 
-CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"
+CANNED = Path(__file__).resolve().parents[2] / "localcluster" / "emulation" / "canned_logs"
 
 
 def test_the_tables_flops_per_unit_are_workloads_flops():

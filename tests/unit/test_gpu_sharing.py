@@ -30,9 +30,9 @@ from harness.verdict.gpu_sharing import (
     peak_overlap,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster import gpu_sharing as standin
+from localcluster.emulation import gpu_sharing as standin
 
 # -- the judgement ----------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """ACCELERATOR=nvidia: the verdict checks every rank's device and GPU count on the canned GPU logs
-(hack/canned-logs, 2 nodes x 8 ranks), the new metric keys parse strictly, upstream BERT's lines
+(localcluster/emulation/canned_logs, 2 nodes x 8 ranks), the new metric keys parse strictly, upstream BERT's lines
 make the checks not-applicable, and a pod whose workload found no usable GPU fails naming its line,
 pod and node."""
 
@@ -19,7 +19,7 @@ from harness.verdict.checks import Status
 from harness.verdict.training import WORKLOADS, Expectation, check_device, check_gpus, judge_training
 
 REPO = Path(__file__).resolve().parents[2]
-CANNED = REPO / "hack" / "canned-logs"
+CANNED = REPO / "localcluster" / "emulation" / "canned_logs"
 MARKER = "KT2T_METRICS "
 
 

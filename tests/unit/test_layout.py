@@ -1,10 +1,11 @@
-"""The harness's layout, kept: no import cycle between its modules, and no arrow between its parts
-that the importing part's docstring does not allow (its `May import:` paragraph, the one place the
-layer rules are written). Every import counts: module-level, inside a function, under
-TYPE_CHECKING. Read from the source with `ast`, so nothing is imported and nothing is missed
-because a branch did not run.
+"""The layout of the layered packages (harness/, localcluster/), kept: no import cycle between their
+modules, and no arrow between their parts that the importing part's docstring does not allow (its
+`May import:` paragraph, the one place the layer rules are written); and no import cycle anywhere in
+the repository. Every import counts: module-level, inside a function, under TYPE_CHECKING. Read
+from the source with `ast`, so nothing is imported and nothing is missed because a branch did not run.
 
-A part is a subpackage of harness/ (harness.verdict) or a module at its top level (harness.runner).
+A part is a subpackage of a layered package (harness.verdict, localcluster.control) or a module at
+its top level (harness.runner, localcluster.cli).
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = REPO / "harness"
+# The packages whose parts state their rules; their top-level names are what `imported` follows.
+LAYERED = ("harness", "localcluster")
+# Every folder of this repository's own Python, for the repository-wide cycle check (hack/go's
+# vendored module caches and the like hold none of ours).
+OWN_CODE = ("harness", "localcluster", "testbins", "workloads", "manifests", "bench", "hack", "tests")
 MAY_IMPORT = re.compile(r"^May import:\s*(?P<what>.+?)(?:\n\s*\n|\Z)", re.MULTILINE | re.DOTALL)
 MAX_TOP_LEVEL_MODULES = 3
 
@@ -35,41 +43,69 @@ def module_name(path: Path, root: Path = REPO) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules(root: Path = REPO) -> dict[str, Path]:
-    """Every module of root/harness, by dotted name (a package by its __init__.py)."""
-    return {module_name(path, root): path for path in sorted((root / "harness").rglob("*.py"))}
+def modules(root: Path = REPO, folders: tuple[str, ...] = LAYERED) -> dict[str, Path]:
+    """Every module under root/<folder> for each folder, by dotted name (a package by its __init__.py)."""
+    return {module_name(path, root): path for folder in folders for path in sorted((root / folder).rglob("*.py"))
+            if "__pycache__" not in path.parts}
 
 
-def imported(path: Path, known: dict[str, Path], root: Path = REPO) -> Iterator[tuple[str, int]]:
-    """The harness modules a file imports, wherever the import stands: `from harness.x import y`
+def imported(path: Path, known: dict[str, Path], root: Path = REPO,
+             tops: tuple[str, ...] = LAYERED) -> Iterator[tuple[str, int]]:
+    """The modules of `tops` a file imports, wherever the import stands: `from harness.x import y`
     names harness.x.y when that is a module, else harness.x; relative imports are resolved."""
     own = module_name(path, root)
     package = own if path.name == "__init__.py" else own.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "harness":
+                if alias.name.split(".")[0] in tops:
                     yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            if base.split(".")[0] != "harness":
+            if base.split(".")[0] not in tops:
                 continue
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
                 yield (sub if sub in known else base), node.lineno
 
 
-def arrows(known: dict[str, Path], root: Path = REPO) -> list[Arrow]:
+def arrows(known: dict[str, Path], root: Path = REPO, tops: tuple[str, ...] = LAYERED) -> list[Arrow]:
     return [Arrow(source, target, f"{path.relative_to(root)}:{line}")
-            for source, path in known.items() for target, line in imported(path, known, root) if target != source]
+            for source, path in known.items() for target, line in imported(path, known, root, tops)
+            if target != source]
+
+
+def repository_arrows(root: Path = REPO) -> list[Arrow]:
+    """Every arrow between this repository's own modules: the dotted names from the root, and the
+    bare names a script's folder (not a package) puts on sys.path (bench's `import bench_common`)
+    resolved to the module beside it."""
+    known = {name: path for name, path in modules(root, OWN_CODE).items() if not name.startswith("hack.go")}
+    tops = tuple({name.split(".")[0] for name in known})
+    found = arrows(known, root, tops)
+    for source, path in known.items():
+        folder = source.rpartition(".")[0]
+        if (path.parent / "__init__.py").exists():
+            continue  # in a package a bare name is another top-level module (`import html`), not a sibling
+        siblings = {name.rpartition(".")[2]: name for name in known if name.rpartition(".")[0] == folder}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module
+                     else [])
+            found += [Arrow(source, siblings[name], f"{path.relative_to(root)}:{node.lineno}")
+                      for name in names if name in siblings and name not in tops and siblings[name] != source]
+    return found
 
 
 def part_of(module: str) -> str:
     """harness.verdict.training -> harness.verdict; harness.runner -> harness.runner; harness -> harness."""
     return ".".join(module.split(".")[:2])
+
+
+def root_of(module: str) -> str:
+    return module.split(".", maxsplit=1)[0]
 
 
 def parts(known: dict[str, Path]) -> dict[str, Path]:
@@ -84,7 +120,7 @@ def allowed(path: Path) -> set[str]:
     if found is None:
         raise AssertionError(f"{path}: its docstring has no `May import:` paragraph "
                              "(expected e.g. `May import: harness.errors, harness.config.`)")
-    return set(re.findall(r"\bharness(?:\.\w+)?\b", found["what"]))
+    return set(re.findall(r"\b(?:harness|localcluster)(?:\.\w+)?\b", found["what"]))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -139,15 +175,20 @@ def layer_problems(known: dict[str, Path], root: Path = REPO) -> list[str]:
     problems = []
     for arrow in arrows(known, root):
         source, target = part_of(arrow.source), part_of(arrow.target)
-        if source != target and target != "harness" and target not in rules.get(source, set()):
+        if source != target and target != root_of(target) and target not in rules.get(source, set()):
             problems.append(f"{arrow.source} imports {arrow.target} ({arrow.where}): {source} may import "
-                            f"only {', '.join(sorted(rules.get(source, ()))) or 'nothing of the harness'}")
+                            f"only {', '.join(sorted(rules.get(source, ()))) or f'nothing of {root_of(source)}'}")
     return problems
 
 
 def test_no_module_imports_itself_back():
     known = modules()
     assert cycle_problems(arrows(known)) == []
+
+
+def test_nothing_in_the_repository_imports_itself_back():
+    # Scripts, tests and bench too: a circle anywhere is one a reader must hold in mind at once.
+    assert cycle_problems(repository_arrows()) == []
 
 
 def test_no_part_imports_itself_back():
@@ -164,24 +205,29 @@ def test_every_part_says_what_it_owns_and_may_import():
         doc = ast.get_docstring(ast.parse(path.read_text()))
         assert doc and len(doc.split()) > 12, f"{path.relative_to(REPO)}: no docstring saying what {name} owns"
         allowed(path)  # raises naming the file when the rules are missing
-    for folder in (p for p in HARNESS.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+    for folder in (p for top in LAYERED for p in (REPO / top).rglob("*") if p.is_dir() and p.name != "__pycache__"
+                   and any(p.glob("*.py"))):
         assert (folder / "__init__.py").exists(), f"{folder.relative_to(REPO)} has no __init__.py: " \
             "pyproject's package discovery would not ship it"
 
 
 def test_the_top_level_holds_few_modules():
-    top = sorted(p.name for p in HARNESS.glob("*.py") if p.name != "__init__.py")
-    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"harness/ has {len(top)} top-level modules ({', '.join(top)}): " \
-        f"at most {MAX_TOP_LEVEL_MODULES}, the rest in the subpackage of their role"
+    for package in LAYERED:
+        top = sorted(p.name for p in (REPO / package).glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+        assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{package}/ has {len(top)} top-level modules " \
+            f"({', '.join(top)}): at most {MAX_TOP_LEVEL_MODULES}, the rest in the subpackage of their role"
 
 
-def test_outside_code_names_only_harness_modules_that_exist():
+def test_outside_code_names_only_modules_that_exist():
     # A stale `from harness.old_name import x` could still import from another checkout's editable install.
     known = modules()
-    for folder in ("testbins", "tests", "bench"):
+    for folder in ("testbins", "tests", "bench", "hack"):
         for path in (REPO / folder).rglob("*.py"):
+            if "go" in path.relative_to(REPO / folder).parts[:1]:
+                continue
             for target, line in imported(path, known):
-                assert target in known, f"{path.relative_to(REPO)}:{line} imports {target}, which harness/ lacks"
+                assert target in known, \
+                    f"{path.relative_to(REPO)}:{line} imports {target}, which {root_of(target)}/ lacks"
 
 
 # The checker itself, on a house made for the purpose: a test that can fail.
@@ -204,6 +250,19 @@ def test_a_function_level_or_type_only_import_back_is_a_cycle(tmp_path):
     problems = cycle_problems(arrows(known, tmp_path))
     assert len(problems) == 1 and "harness.low.a <-> harness.low.b" in problems[0]
     assert "harness/low/a.py:2" in problems[0] and "harness/low/b.py:3" in problems[0]
+
+
+def test_a_circle_through_a_script_beside_its_module_is_found(tmp_path):
+    write_house(tmp_path, {
+        "bench/common.py": "def f():\n    import scale\n",
+        "bench/scale.py": "import common\n",
+        "localcluster/__init__.py": "", "localcluster/a.py": "from localcluster import b\n",
+        "localcluster/b.py": "def g():\n    from localcluster.a import x\n",
+    })
+    problems = cycle_problems(repository_arrows(tmp_path))
+    assert len(problems) == 2
+    assert any("bench.common <-> bench.scale" in p and "bench/common.py:2" in p for p in problems)
+    assert any("localcluster.a <-> localcluster.b" in p and "localcluster/b.py:2" in p for p in problems)
 
 
 def test_a_forbidden_arrow_is_named_with_its_line(tmp_path):
@@ -232,14 +291,16 @@ def readme_layout() -> dict[str, str]:
     return dict(rows)
 
 
-def test_the_layout_lists_every_harness_package_and_module_and_nothing_gone():
+@pytest.mark.parametrize("top", LAYERED)
+def test_the_layout_lists_every_package_and_module_and_nothing_gone(top):
     rows = readme_layout()
-    packages = {f"harness/{p.parent.relative_to(HARNESS).as_posix()}/" for p in HARNESS.rglob("__init__.py")
-                if p.parent != HARNESS}
-    listed = {path for path in rows if path.startswith("harness/") and path != "harness/"}
+    root = REPO / top
+    packages = {f"{top}/{p.parent.relative_to(root).as_posix()}/" for p in root.rglob("__init__.py")
+                if p.parent != root}
+    listed = {path for path in rows if path.startswith(f"{top}/") and path != f"{top}/"}
     assert listed == packages, f"{LAYOUT_DOC}'s layout lists {sorted(listed - packages)} (gone) " \
         f"and lacks {sorted(packages - listed)}"
-    for folder in ["harness/", *sorted(packages)]:
+    for folder in [f"{top}/", *sorted(packages)]:
         files = {p.name for p in (REPO / folder).iterdir()
                  if p.suffix in (".py", ".yaml") and p.name != "__init__.py"}
         named = set(re.findall(r"`(\w+\.(?:py|yaml))`", rows[folder]))

@@ -19,7 +19,7 @@ from harness.jobs.workload import Workload
 from harness.verdict.checks import Status
 from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
 
-CANNED = Path(__file__).resolve().parents[2] / "hack" / "canned-logs"
+CANNED = Path(__file__).resolve().parents[2] / "localcluster" / "emulation" / "canned_logs"
 WHY = "EFA expected (32 vpc.amazonaws.com/efa per node, 2 nodes)"
 NODES = ("kwok-p5-0", "kwok-p5-1")
 

@@ -1,4 +1,4 @@
-"""A node's own CPUs (hack/local_cluster/node_cpus.py) on folders laid out as the cgroup files: the
+"""A node's own CPUs (localcluster/emulation/node_cpus.py) on folders laid out as the cgroup files: the
 label's parsing, the quota written in v1 and v2, the sweep moving a node's container processes in,
 and the cgroup removed once the label goes. tests/integration/test_node_cpus.py checks the same on
 the machine's real cgroups, with a pod's measured share of a core."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.node_cpus import PERIOD_US, CgroupUnavailable, CpuHierarchy, NodeCpus, parse_cores
+from localcluster.emulation.node_cpus import PERIOD_US, CgroupUnavailable, CpuHierarchy, NodeCpus, parse_cores
 
 
 @pytest.mark.parametrize("text, cores", [("0.4", 0.4), ("2", 2.0), ("0.1", 0.1)])

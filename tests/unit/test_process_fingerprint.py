@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster import processes
-from local_cluster.processes import code_fingerprint
+from localcluster.control import processes
+from localcluster.control.processes import code_fingerprint
 
-NODE_AGENT = [sys.executable, "-m", "local_cluster.node_agent"]
+NODE_AGENT = [sys.executable, "-m", "localcluster.node_agent"]
 
 
 def test_same_code_same_fingerprint():
@@ -18,10 +18,10 @@ def test_same_code_same_fingerprint():
 
 
 def test_our_package_sources_count_for_our_modules(tmp_path, monkeypatch):
-    package = tmp_path / "local_cluster"
-    package.mkdir()
+    package = tmp_path / "localcluster"
+    (package / "control").mkdir(parents=True)
     (package / "node_agent.py").write_text("A = 1\n")
-    monkeypatch.setattr(processes, "__file__", str(package / "processes.py"))
+    monkeypatch.setattr(processes, "__file__", str(package / "control" / "processes.py"))
     before = code_fingerprint(NODE_AGENT, [])
     (package / "node_agent.py").write_text("A = 2\n")
     assert code_fingerprint(NODE_AGENT, []) != before

@@ -1,4 +1,4 @@
-"""The real nodes' pure parts (hack/local_cluster/real_nodes/): names carry the cluster's identity,
+"""The real nodes' pure parts (localcluster/realnodes/): names carry the cluster's identity,
 addresses do not collide between nodes, netd dials only cluster and loopback addresses, and the
 configuration files say what the module docstrings promise."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.real_nodes import configs, images, netd
-from local_cluster.real_nodes.layout import ClusterLayout, cluster_id, node_index, node_name
+from localcluster.base.layout import ClusterLayout, cluster_id, node_index, node_name
+from localcluster.realnodes import configs, images, netd
 
 
 def test_two_state_folders_never_share_a_name(tmp_path: Path):

@@ -44,7 +44,7 @@ def test_a_foreign_workloads_logs_fail(fixtures):
 
 
 def test_bandwidth_tests_are_judged_at_the_largest_size():
-    canned = Path("hack/canned-logs/nccl-tests-16gpus-efa.log")
+    canned = Path("localcluster/emulation/canned_logs/nccl-tests-16gpus-efa.log")
     done = verdict("--test", "TestNCCLTests/single-node", "--node-type", "p4d.24xlarge", canned)
     assert done.returncode == 1 and "bus bandwidth at 16 GiB" in done.stdout
     done = verdict("--test", "TestMPIJobPytorchTraining/multi-node:all_reduce_perf", "--node-type", "p4d.24xlarge",

@@ -20,9 +20,9 @@ from harness.errors import ClusterError, ConfigError
 from harness.framework.cli import parse_args
 from harness.setup.discovery import discover
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.canned_pods import CannedPods
+from localcluster.emulation.canned_pods import CannedPods
 
 UNSCHEDULABLE = "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) were unschedulable."
 

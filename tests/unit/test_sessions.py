@@ -10,9 +10,9 @@ from pathlib import Path
 
 from polling import wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.sessions import members_of_sessions, signal_container
+from localcluster.hostnodes.sessions import members_of_sessions, signal_container
 
 # The container's main process (a session leader) starts a child in a session of its own, as
 # torchrun starts its workers, then both sleep.

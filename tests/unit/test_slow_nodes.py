@@ -1,4 +1,4 @@
-"""Slow nodes (hack/local_cluster/slow_nodes.py): which processes the duty cycle stops and resumes
+"""Slow nodes (localcluster/emulation/slow_nodes.py): which processes the duty cycle stops and resumes
 when, on a scripted clock; one real process stopped and resumed by the real thread; and how the
 node label reaches the cycler and the pods' annotation and events."""
 
@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 from polling import wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.nodes import parse_slow_fraction
-from local_cluster.slow_nodes import DutyCycler, SlowNodes, resume_schedule
+from localcluster.emulation.nodes import parse_slow_fraction
+from localcluster.emulation.slow_nodes import DutyCycler, SlowNodes, resume_schedule
 
 PERIOD_S = 0.1
 

@@ -1,4 +1,4 @@
-"""The ssh/sshd stand-ins of MPIJob pods (hack/local_cluster/ssh_standin.py, mpi_pods.py), without a
+"""The ssh/sshd stand-ins of MPIJob pods (localcluster/hostnodes/ssh_standin.py, mpi_pods.py), without a
 cluster: ssh's command line, the DNS registry, how the node agent adapts a launcher's and a
 worker's container, and real OpenMPI (mpirun, orted) through two sshd stand-ins standing in for two
 worker pods."""
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from polling import wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.container_view import ContainerView
-from local_cluster.mpi_pods import LOOPBACK_MCA, SSHD_SESSION_PATH, MpiPodAdapter, PodDns
-from local_cluster.sessions import container_alive, session_members, signal_container
-from local_cluster.ssh_standin import STANDIN_SCRIPT, parse_ssh, public_keys, resolve
-from local_cluster.volumes import PathMap
+from localcluster.hostnodes.container_view import ContainerView
+from localcluster.hostnodes.mpi_pods import LOOPBACK_MCA, SSHD_SESSION_PATH, MpiPodAdapter, PodDns
+from localcluster.hostnodes.sessions import container_alive, session_members, signal_container
+from localcluster.hostnodes.ssh_standin import STANDIN_SCRIPT, parse_ssh, public_keys, resolve
+from localcluster.hostnodes.volumes import PathMap
 
 MPIRUN_LOST_A_DAEMON = ("ORTE has lost communication with a remote daemon",
                         "ORTE was unable to reliably start one or more daemons")

@@ -1,4 +1,4 @@
-"""hack/system-packages.txt is the one table of system packages: hack/system-packages.sh installs every
+"""localcluster/base/system_packages.txt is the one table of system packages: hack/system-packages.sh installs every
 row, and the real nodes' preflight and `hack/images` check their own rows, naming the package of each
 missing one."""
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-HACK = Path(__file__).resolve().parents[2] / "hack"
-sys.path.insert(0, str(HACK))
+REPO = Path(__file__).resolve().parents[2]
+HACK = REPO / "hack"
+sys.path.insert(0, str(REPO))
 
-import system_packages  # noqa: E402
-from images_build import tools  # noqa: E402
-from local_cluster.real_nodes import preflight  # noqa: E402
+from localcluster.base import system_packages  # noqa: E402
+from localcluster.images import tools  # noqa: E402
+from localcluster.realnodes import preflight  # noqa: E402
 
 
 def test_every_row_has_a_command_a_package_and_who_needs_it():
@@ -24,7 +25,7 @@ def test_every_row_has_a_command_a_package_and_who_needs_it():
 
 @pytest.mark.parametrize("row", ["gcc gcc", "gcc gcc gpu", "gcc gcc real-nodes extra"])
 def test_a_malformed_row_is_an_error_naming_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row: str):
-    table = tmp_path / "system-packages.txt"
+    table = tmp_path / "system_packages.txt"
     table.write_text(f"# comment\nip iproute2 real-nodes  # why\n{row}\n")
     monkeypatch.setattr(system_packages, "TABLE", table)
     with pytest.raises(ValueError, match=f"line 3: '{row}'; expected"):

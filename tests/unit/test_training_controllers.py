@@ -1,4 +1,4 @@
-"""The local cluster's Kubeflow Trainer and JobSet controllers (hack/local_cluster/training_controllers.py):
+"""The local cluster's Kubeflow Trainer and JobSet controllers (localcluster/control/training_controllers.py):
 their config files keep every listener on 127.0.0.1 with certificates from outside, and their webhook
 configurations are the pinned add-on manifests' webhooks sent to 127.0.0.1 with the cluster CA."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from local_cluster.pki import Pki
-from local_cluster.settings import Settings
-from local_cluster.training_controllers import JOBSET, TRAINER, TRAINING_CONTROLLERS, TrainingController
+from localcluster.base.settings import Settings
+from localcluster.control.pki import Pki
+from localcluster.control.training_controllers import JOBSET, TRAINER, TRAINING_CONTROLLERS, TrainingController
 
 
 @pytest.fixture

@@ -61,7 +61,7 @@ def iter_log(*losses: str) -> str:
 
 
 BERT_32 = Path("tests/fixtures/bert-mpirun-32ranks.log").read_text()
-NCCL_16_CANNED = Path("hack/canned-logs/nccl-tests-16gpus-efa.log").read_text()
+NCCL_16_CANNED = Path("localcluster/emulation/canned_logs/nccl-tests-16gpus-efa.log").read_text()
 
 
 def bert_upstream(world_size: int = 2, throughput: str = "9.91") -> str:
@@ -222,7 +222,7 @@ def test_healthy_runs_pass(run: Run):
 
 
 def test_the_healthy_16_gpu_canned_log_averages_70_but_is_judged_at_16_gib():
-    metrics = parse_files([Path("hack/canned-logs/nccl-tests-16gpus-efa.log")])
+    metrics = parse_files([Path("localcluster/emulation/canned_logs/nccl-tests-16gpus-efa.log")])
     verdict = judge_busbw("all_reduce_perf", metrics.sweep, "p4d.24xlarge", 2, 160.0)
     assert verdict.passed and metrics.sweep.average == pytest.approx(70.3741)
     (floor,) = [c for c in verdict.checks if c.name == "busbw.floor"]
