@@ -94,9 +94,10 @@ CATALOGUE: dict[str, Entry] = {
         "upstream", "a pod with `NVIDIA_DRIVER_CAPABILITIES=all` running ModernGL over EGL (ubuntu 22.04) on one "
         "node; passes when the pod succeeds", (), ("ACCELERATOR",)),
     "TestDcgmDiagnostics": Entry(
-        "upstream", "`dcgmi diag -r <level> -j` against an `nv-hostengine` in `DCGM_IMAGE`, a Job per node with "
-        "all its GPUs (opt-in)",
-        ("dcgm",), ("DCGM_DIAG_ENABLED", "DCGM_IMAGE", "DCGM_DIAG_LEVEL", "DCGM_DIAG_TIMEOUT_MINUTES")),
+        "upstream", "`dcgmi diag -r <level> -j -c <per-SKU config>` against an `nv-hostengine` in "
+        "`--nvidiaTestImage` (or `DCGM_IMAGE`), a Job per node with all its GPUs (opt-in)",
+        ("dcgm",), ("DCGM_DIAG_ENABLED", "NCCL_TESTS_IMAGE", "DCGM_IMAGE", "DCGM_DIAG_LEVEL",
+                    "DCGM_DIAG_TIMEOUT_MINUTES")),
     "TestContainerdConfig": Entry(
         "upstream", "a DaemonSet running upstream's script over each node's `/etc/containerd/config.toml`; "
         "passes when a Ready pod on every node says `containerd config check PASSED.`", (), ("TOLERATIONS",)),

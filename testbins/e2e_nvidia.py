@@ -20,12 +20,13 @@ from harness.cluster.logs import CapturedLog
 from harness.cluster.pods import run_interval
 from harness.cluster.resources import NODE
 from harness.cluster.wait import wait_for
+from harness.config.settings import DCGM_IMAGE as NVIDIA_DCGM_IMAGE
 from harness.config.settings import Config, Source
 from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, busbw_baseline, record_verdict
-from harness.jobs.images import image
+from harness.jobs.images import image, is_project_image
 from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -347,27 +348,66 @@ def test_nvidia_driver_capabilities(t: TestContext) -> None:
     job.wait_succeeded()
 
 
-# nv-hostengine (daemonized) then dcgmi against it; dcgmi's exit status is printed rather than
-# returned, so that a failing diagnostic's report is read and judged per GPU (harness/verdict/dcgm.py)
-# instead of ending as "the pod failed".
+# upstream's per-SKU DCGM overrides (#806, gpu_unit_tests/tests/dcgm-diag.yaml in its nvidia image):
+# only GPU models that AWS wires to fewer PCIe lanes than the card supports, every other model keeps
+# DCGM's defaults. DCGM's pcie test wants an x16 link (min_pci_width 16) and fails the L4 of single-GPU
+# g6/gr6 sizes (an x8 slot) with DCGM_FR_PCIE_WIDTH, which --ignoreErrorCodes cannot mask and -p
+# cannot reach (a sub-test parameter): a `-c` config file is DCGM's way. Kept equal to upstream's.
+DCGM_DIAG_CONFIG = """version: "4.6.0"
+spec: dcgm-diag-v1
+skus:
+  - name: NVIDIA L4
+    id: 27b8
+    pcie:
+      is_allowed: true
+      h2d_d2h_single_pinned:
+        min_pci_generation: 1.0
+        min_pci_width: 8.0
+      h2d_d2h_single_unpinned:
+        min_pci_generation: 1.0
+        min_pci_width: 8.0
+"""
+# Where upstream's nvidia image has its config (its dcgm-diag.sh passes it): used when the image has it,
+# as its version follows that image's DCGM; else this project's copy above, written to a file.
+UPSTREAM_DCGM_DIAG_CONFIG = "/app/gpu_unit_tests/tests/dcgm-diag.yaml"
+# nv-hostengine (daemonized) then dcgmi against it with the per-SKU config; dcgmi's exit status is
+# printed rather than returned, so that a failing diagnostic's report is read and judged per GPU
+# (harness/verdict/dcgm.py) instead of ending as "the pod failed".
 DCGM_SCRIPT = f"""set -u
+config={UPSTREAM_DCGM_DIAG_CONFIG}
+if [ ! -f "$config" ]; then
+  config="${{TMPDIR:-/tmp}}/dcgm-diag.yaml"
+  cat > "$config" <<'EOF'
+{DCGM_DIAG_CONFIG}EOF
+fi
+echo "DCGM per-SKU config: $config"
 nv-hostengine
-dcgmi diag -r "$DCGM_DIAG_LEVEL" -j
+dcgmi diag -r "$DCGM_DIAG_LEVEL" -j -c "$config"
 echo "{DCGM_EXIT_PREFIX}$?"
 nv-hostengine --term >/dev/null 2>&1 || true
 """
 # DCGM's diagnostics read the GPUs' profiling counters and set clocks and power limits for the
-# stress tests: NVIDIA runs its DCGM containers with SYS_ADMIN. Every other capability is dropped.
+# stress tests: NVIDIA runs its DCGM containers with SYS_ADMIN.
 DCGM_CAPABILITIES = ("SYS_ADMIN",)
+
+
+def dcgm_image(t: TestContext) -> str:
+    """upstream's: --nvidiaTestImage (its image has DCGM and the per-SKU config). DCGM_IMAGE, when set,
+    wins; this project's nccl-tests image has no DCGM (images/README.md), so NVIDIA's DCGM image
+    stands in for it."""
+    if t.cfg.dcgm_image:
+        return image(t, "dcgm_image")
+    test_image = image(t, "nccl_tests_image")
+    return NVIDIA_DCGM_IMAGE if is_project_image(test_image) else test_image
 
 
 @SUITE.test("TestDcgmDiagnostics", upstream=True, feature="dcgm-diag", labels=GPU,
             assessments=("DCGM diagnostic passes",))
 def test_dcgm_diagnostics(t: TestContext) -> None:
-    """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level>`, up to hours): skipped unless
-    --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its GPUs, in
-    DCGM_IMAGE); each node's JSON report is judged: any failed test fails the node, naming the test,
-    the GPU and DCGM's warning (harness/verdict/dcgm.py)."""
+    """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level> -c <per-SKU config>`, up to hours):
+    skipped unless --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its
+    GPUs, in --nvidiaTestImage as upstream's); each node's JSON report is judged: any failed test
+    fails the node, naming the test, the GPU and DCGM's warning (harness/verdict/dcgm.py)."""
     if not t.cfg.dcgm_diag_enabled:
         t.skip("skipping deep DCGM diagnostics; set --dcgmDiagEnabled to run (long-running, not suitable for a "
                "per-build gate)")
@@ -377,7 +417,7 @@ def test_dcgm_diagnostics(t: TestContext) -> None:
         raise TestFailure(f"--dcgmDiagTimeoutMinutes={minutes}: at least 2 (the Job's deadline sits a minute "
                           "inside the wait)")
     t.property("dcgm.level", level)
-    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=image(t, "dcgm_image"),
+    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=dcgm_image(t),
                              launcher="per-node", extra_env={"DCGM_DIAG_LEVEL": level},
                              capabilities=DCGM_CAPABILITIES, timeout=minutes * 60.0,
                              deadline_seconds=(minutes - 1) * 60))

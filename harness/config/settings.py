@@ -321,9 +321,10 @@ class Config:
                                       flags=("dcgmDiagEnabled",), is_bool_flag=True, default=False)
     dcgm_diag_level: str = setting("TestDcgmDiagnostics' `dcgmi diag -r` level", choice("1", "2", "3", "4"),
                                    "1, 2, 3 or 4", env="DCGM_DIAG_LEVEL", flags=("dcgmDiagLevel",), default="4")
-    dcgm_image: str = setting("image of TestDcgmDiagnostics: NVIDIA's DCGM (nv-hostengine and dcgmi), the version the "
-                              "GPU Operator pairing the pinned device plugin v0.17.2 ships", parse_image,
-                              "an image reference", env="DCGM_IMAGE", default=DCGM_IMAGE)
+    dcgm_image: str = setting("image of TestDcgmDiagnostics (nv-hostengine and dcgmi); empty: --nvidiaTestImage's, "
+                              "as upstream's, or, where that is this project's nccl-tests image (no DCGM), "
+                              f"NVIDIA's {DCGM_IMAGE}", parse_image_or_empty,
+                              "an image reference, or empty", env="DCGM_IMAGE", default="")
     dcgm_diag_timeout_minutes: int = setting("how long TestDcgmDiagnostics waits, in minutes (at least 2: its Job's "
                                              "deadline sits a minute inside)", parse_count, "a whole number >= 2",
                                              env="DCGM_DIAG_TIMEOUT_MINUTES", flags=("dcgmDiagTimeoutMinutes",),
