@@ -109,8 +109,8 @@ CATALOGUE: dict[str, Entry] = {
         "partners (nccl-tests up to 1 GiB on GPUs, one 16 MiB size timed for 3 s on CPU); a subtest per node",
         ("node_pairs",), ("STRAGGLER_FRACTION", "NCCL_TESTS_IMAGE", "NODE_COUNT")),
     "TestTimeSlicing": Entry(
-        "upstream", "the NVIDIA device plugin replaced by one sharing each GPU by time-slicing, one node filled with "
-        "pods of one GPU each, then everything restored (opt-in, upstream's #813 under a name of ours)",
+        "upstream", "the NVIDIA device plugin replaced by one sharing each GPU by time-slicing, every node of the type "
+        "filled with pods of one GPU each, then everything restored (opt-in, upstream's #813 under a name of ours)",
         ("gpu_sharing.advertised", "gpu_sharing.overlap", "gpu_sharing.uuids"),
         ("TIME_SLICING_ENABLED", "GPU_SHARING_REPLICAS", "INSTALL_DEVICE_PLUGIN")),
     "TestMps": Entry(

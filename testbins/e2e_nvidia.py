@@ -593,7 +593,7 @@ def test_node_pairs(t: TestContext) -> None:
 
 # TestTimeSlicing and TestMps (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
 # the device plugin this run installed shares each GPU GPU_SHARING_REPLICAS times
-# (harness/setup/gpu_sharing.py), one node is filled with pods of one GPU each, all at once, and
+# (harness/setup/gpu_sharing.py), every node of the type is filled with pods of one GPU each, all at once, and
 # harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods name
 # and (MPS) the compute mode. Each pod prints its GPU's UUID and compute mode, then holds the GPU
 # SHARING_HOLD_SECONDS so that all of them run at once (the Job controller starts them in batches).
@@ -620,10 +620,13 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         if not sharing_enabled(t, mode):
             t.skip(f"skipping GPU sharing ({mode.name}); set {flag} to run (it replaces the NVIDIA device plugin this "
                    "run installs, cluster-wide, for the test's duration)")
-        if t.cfg.accelerator != "nvidia" or not t.cfg.install_device_plugin:
-            raise TestFailure(f"{flag} needs --installDevicePlugin=true and ACCELERATOR=nvidia (got "
-                              f"--installDevicePlugin={str(t.cfg.install_device_plugin).lower()}, ACCELERATOR="
-                              f"{t.cfg.accelerator}): the test reconfigures the device plugin this run installs")
+        if not t.cfg.install_device_plugin:
+            # upstream's: the plugin to reconfigure must be one the suite deploys (EKS Auto ships its own).
+            t.skip(f"skipping {mode.name}; requires --installDevicePlugin so the plugin under reconfiguration is one "
+                   "this suite owns")
+        if t.cfg.accelerator != "nvidia":
+            raise TestFailure(f"{flag} needs ACCELERATOR=nvidia (got ACCELERATOR={t.cfg.accelerator}): the test "
+                              "reconfigures the NVIDIA device plugin")
         pod_image = image(t, "nccl_tests_image")  # before the device plugin is reconfigured
         replicas = sharing_replicas(t.cfg, mode)
         physical = {node.name: node.gpus for node in t.topology.nodes}
@@ -644,10 +647,11 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         verdict = Verdict([check_advertised(allocatable, physical, replicas)])
         if verdict.failures:
             record_verdict(t, verdict)
-        node = t.topology.node_names[0]
-        pods = physical[node] * replicas
+        # upstream's count: every node of the type, each filled with its shared GPUs' worth of pods.
+        per_node = t.topology.gpus_per_node * replicas
+        pods, gpus = per_node * len(physical), sum(physical.values())
         job = launch(t, Workload(f"gpu-sharing-{mode.name}", binary="sh", args=("-c", SHARING_SCRIPT),
-                                 image=pod_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
+                                 image=pod_image, launcher="shared-gpu", pods=per_node))
         sharing.workload = (job.namespace, job.selector)
         job.wait_succeeded()
         logs = [entry for entry in job.capture_logs() if not entry.previous]
@@ -659,7 +663,7 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         seen = [report for report in reports.values() if report is not None]
         t.property("gpu_sharing.uuids", ",".join(sorted({r.uuid for r in seen})))
         t.property("gpu_sharing.compute_modes", ",".join(sorted({r.compute_mode for r in seen})))
-        verdict.add([check_overlap(intervals, pods, physical[node]), check_uuids(reports, physical[node], replicas)])
+        verdict.add([check_overlap(intervals, pods, gpus), check_uuids(reports, gpus, replicas)])
         if mode.mps:
             verdict.add(check_compute_mode(seen))
         record_verdict(t, verdict)

@@ -287,15 +287,15 @@ class Config:
     keep_resources: bool = setting("leave the test namespace in place for debugging", parse_bool,
                                    "true or false", env="KEEP_RESOURCES", default=False)
     time_slicing_enabled: bool = setting(
-        "run TestTimeSlicing (upstream's opt-in #813): the device plugin this run installed is replaced by one "
-        "sharing each GPU by time-slicing (GPU_SHARING_REPLICAS), checked, and restored; needs "
-        "--installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
-        env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
+        "run TestTimeSlicing (upstream's opt-in #813): the NVIDIA device plugin is replaced by one sharing each "
+        "GPU by time-slicing (GPU_SHARING_REPLICAS), checked on every node of the type, and restored; needs "
+        "ACCELERATOR=nvidia, skips with --installDevicePlugin=false as upstream's; off, it skips", parse_bool,
+        "true or false", env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
     mps_enabled: bool = setting(
-        "run TestMps (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
+        "run TestMps (upstream's opt-in #817): the NVIDIA device plugin is replaced by one sharing "
         "each GPU through an MPS control daemon (GPU_SHARING_REPLICAS), checked, and restored (compute mode "
-        "reset); needs --installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
-        env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
+        "reset); needs ACCELERATOR=nvidia, skips with --installDevicePlugin=false as upstream's; off, it skips",
+        parse_bool, "true or false", env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
     gpu_sharing_replicas: int = setting(
         "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMps (its `replicas`) "
         "unless --timeSlicingReplicas / --mpsReplicas says; at least 2 (1 shares nothing)", parse_replicas,

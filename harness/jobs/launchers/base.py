@@ -140,6 +140,13 @@ class Launcher:
         """The names of the owner objects."""
         return [workload.job_name]
 
+
+class JobPerNode(Launcher):
+    """A launcher whose owners are a Job per node of the placement, named `<job>-<node>`."""
+
+    def owners(self, workload: Workload, placement: Placement) -> list[str]:
+        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
+
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         raise NotImplementedError
 
