@@ -274,7 +274,7 @@ def _tests_section(suite: Suite, binary_doc: str) -> list[str]:
             labels = ", ".join(f"{k}={'|'.join(v)}" for k, v in feature.labels.items())
             doc = " ".join(feature_doc(feature.func).split())
             lines.append(f"| `{test.name if test.in_place else test.name + '/' + feature.name}` "
-                         f"(`{feature.name}`) | {_cell(labels)} | {_cell(', '.join(feature.assessments))} | "
+                         f"(`{feature.name}`) | {_cell(labels)} | {_cell(', '.join(feature.assessment_names()))} | "
                          f"{_cell(doc)} |")
         lines.append("")
         if entry.checks:

@@ -402,7 +402,7 @@ def dcgm_image(t: TestContext) -> str:
 
 
 @SUITE.test("TestDcgmDiagnostics", upstream=True, feature="dcgm-diag", labels=GPU,
-            assessments=("DCGM diagnostic passes",))
+            assessments=("DCGM level-{dcgm_diag_level} diagnostic passes",))
 def test_dcgm_diagnostics(t: TestContext) -> None:
     """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level> -c <per-SKU config>`, up to hours):
     skipped unless --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its
@@ -672,11 +672,14 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
 
 
 SUITE.features("TestTimeSlicing", upstream=True, features=[
-    Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU, ("GPU shared by time-slicing",)),
+    Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU,
+            ("node advertises time-sliced GPUs", "oversubscribed pods share a physical GPU concurrently")),
 ])
 # upstream's name is TestMps (#817); TestMPS, this project's earlier name, still selects it.
 SUITE.features("TestMps", upstream=True, aliases=("TestMPS",), features=[
-    Feature("mps", gpu_sharing(MPS), GPU, ("GPU shared through MPS",)),
+    Feature("mps", gpu_sharing(MPS), GPU, ("node advertises MPS-shared GPUs",
+                                           "oversubscribed pods share a physical GPU concurrently",
+                                           "GPU is in EXCLUSIVE_PROCESS compute mode")),
 ])
 
 
