@@ -62,6 +62,12 @@ def project_image(name: str) -> str:
     return f"{PROJECT_IMAGE_REPOSITORY}/{name}:{__version__}"
 
 
+def is_project_image(image: str) -> bool:
+    """One of this project's images: `kubetest2-training/...`, or the same spelled in full as the
+    container runtimes list it (`docker.io/kubetest2-training/...`, what `hack/images name` prints)."""
+    return image.removeprefix("docker.io/").startswith(f"{PROJECT_IMAGE_REPOSITORY}/")
+
+
 WORKLOADS_IMAGE, NCCL_TESTS_IMAGE = project_image("workloads"), project_image("nccl-tests")
 UPSTREAM_PYTORCH_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/"
                           "pytorch-training:2.1.0-gpu-py310-cu121-ubuntu20.04-ec2")

@@ -26,7 +26,7 @@ class PerNode(JobPerNode):
         common = common_fields(workload, placement)
         return [Rendering("per-node-job.yaml", {
             **common, "JobName": job_name, "NodeName": node, "GPUPerNode": placement.processes_per_node,
-            "Requests": node_requests(placement), "Capabilities": list(workload.capabilities),
+            "Requests": node_requests(placement),
             "ActiveDeadlineSeconds": workload.deadline_seconds or int(placement.job_timeout) + 60,
             "Command": workload.program(), "Env": container_env(workload, placement, None)})
             for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
