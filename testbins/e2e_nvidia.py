@@ -592,11 +592,12 @@ def test_node_pairs(t: TestContext) -> None:
 
 
 # TestTimeSlicing and TestMps (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
-# the device plugin this run installed shares each GPU GPU_SHARING_REPLICAS times
-# (harness/setup/gpu_sharing.py), every node of the type is filled with pods of one GPU each, all at once, and
-# harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods name
-# and (MPS) the compute mode. Each pod prints its GPU's UUID and compute mode, then holds the GPU
-# SHARING_HOLD_SECONDS so that all of them run at once (the Job controller starts them in batches).
+# the NVIDIA device plugin (the run's, or one present before it) is replaced by one sharing each GPU
+# GPU_SHARING_REPLICAS times (harness/setup/gpu_sharing.py), every node of the type is filled with
+# pods of one GPU each, all at once, and harness/verdict/gpu_sharing.py judges what the nodes
+# advertise, the overlap, the GPUs the pods name and (MPS) the compute mode. Each pod prints its
+# GPU's UUID and compute mode, then holds the GPU SHARING_HOLD_SECONDS so that all of them run at
+# once (the Job controller starts them in batches).
 SHARING_HOLD_SECONDS = 30
 SHARING_SCRIPT = (f"nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader && sleep {SHARING_HOLD_SECONDS}")
 SHARING_FLAGS = {TIME_SLICING.name: "--timeSlicingEnabled", MPS.name: "--mpsEnabled"}
