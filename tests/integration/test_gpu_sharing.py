@@ -105,3 +105,34 @@ def test_enabled_without_the_device_plugin_install_skips_as_upstreams(p5_nodes: 
     case = junit_cases(artifacts, "e2e-nvidia")["TestMps"]
     assert case.is_skipped and "requires --installDevicePlugin" in case.result[0].message
     assert "NVIDIA device plugin" not in done.stderr  # nothing installed, nothing replaced
+
+
+def test_a_plugin_present_before_the_run_is_replaced_and_put_back_as_it_was(p5_nodes: LocalCluster, tmp_path: Path):
+    """upstream's: the device plugin under the stock name is replaced whoever installed it; here it
+    comes back afterwards as it was (its labels, its spec), not as this harness's stock one."""
+    from harness.cluster.labels import MANAGED_BY_LABEL, RUN_ID_LABEL
+    from harness.setup.addons import NVIDIA_DEVICE_PLUGIN, addon_objects
+
+    (plugin,) = addon_objects(NVIDIA_DEVICE_PLUGIN, "platform")
+    labels = plugin["metadata"]["labels"]
+    for ours in (MANAGED_BY_LABEL, RUN_ID_LABEL):
+        labels.pop(ours)
+    labels["owner"] = "platform"
+    apps = client.AppsV1Api(p5_nodes.api)
+    apps.create_namespaced_daemon_set("kube-system", plugin)
+    try:
+        artifacts = tmp_path / "artifacts"
+        done = kubetest2(p5_nodes, artifacts, "exec", "nvidia.test", "--test.run=^TestTimeSlicing$",
+                         "--timeSlicingEnabled=true", "--timeSlicingReplicas=2", "--nodeType=p5.48xlarge",
+                         env=SHARING_SUITE, timeout=600)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        props = case_properties(junit_cases(artifacts, "e2e-nvidia")["TestTimeSlicing"])
+        assert {props[f"node.{n}.gpus_advertised"] for n in NODES} == {"16"}
+        assert "(present before the run) by one sharing each GPU 2 times" in done.stderr
+        assert "GPU sharing: present device plugin restored" in done.stderr
+        back = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
+        assert back.metadata.labels == {"owner": "platform"}
+        assert not any(v.name == "config" for v in back.spec.template.spec.volumes or [])
+        assert gpus_advertised(p5_nodes) == {n: "8" for n in NODES}
+    finally:
+        apps.delete_namespaced_daemon_set("nvidia-device-plugin-daemonset", "kube-system")
