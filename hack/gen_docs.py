@@ -94,9 +94,10 @@ CATALOGUE: dict[str, Entry] = {
         "upstream", "a pod with `NVIDIA_DRIVER_CAPABILITIES=all` running ModernGL over EGL (ubuntu 22.04) on one "
         "node; passes when the pod succeeds", (), ("ACCELERATOR",)),
     "TestDcgmDiagnostics": Entry(
-        "upstream", "`dcgmi diag -r <level> -j` against an `nv-hostengine` in `DCGM_IMAGE`, a Job per node with "
-        "all its GPUs (opt-in)",
-        ("dcgm",), ("DCGM_DIAG_ENABLED", "DCGM_IMAGE", "DCGM_DIAG_LEVEL", "DCGM_DIAG_TIMEOUT_MINUTES")),
+        "upstream", "`dcgmi diag -r <level> -j -c <per-SKU config>` against an `nv-hostengine` in "
+        "`--nvidiaTestImage` (or `DCGM_IMAGE`), a Job per node with all its GPUs (opt-in)",
+        ("dcgm",), ("DCGM_DIAG_ENABLED", "NCCL_TESTS_IMAGE", "DCGM_IMAGE", "DCGM_DIAG_LEVEL",
+                    "DCGM_DIAG_TIMEOUT_MINUTES")),
     "TestContainerdConfig": Entry(
         "upstream", "a DaemonSet running upstream's script over each node's `/etc/containerd/config.toml`; "
         "passes when a Ready pod on every node says `containerd config check PASSED.`", (), ("TOLERATIONS",)),
@@ -108,8 +109,8 @@ CATALOGUE: dict[str, Entry] = {
         "partners (nccl-tests up to 1 GiB on GPUs, one 16 MiB size timed for 3 s on CPU); a subtest per node",
         ("node_pairs",), ("STRAGGLER_FRACTION", "NCCL_TESTS_IMAGE", "NODE_COUNT")),
     "TestTimeSlicing": Entry(
-        "upstream", "the NVIDIA device plugin replaced by one sharing each GPU by time-slicing, one node filled with "
-        "pods of one GPU each, then everything restored (opt-in, upstream's #813 under a name of ours)",
+        "upstream", "the NVIDIA device plugin replaced by one sharing each GPU by time-slicing, every node of the type "
+        "filled with pods of one GPU each, then everything restored (opt-in, upstream's #813 under a name of ours)",
         ("gpu_sharing.advertised", "gpu_sharing.overlap", "gpu_sharing.uuids"),
         ("TIME_SLICING_ENABLED", "GPU_SHARING_REPLICAS", "INSTALL_DEVICE_PLUGIN")),
     "TestMps": Entry(
@@ -273,7 +274,7 @@ def _tests_section(suite: Suite, binary_doc: str) -> list[str]:
             labels = ", ".join(f"{k}={'|'.join(v)}" for k, v in feature.labels.items())
             doc = " ".join(feature_doc(feature.func).split())
             lines.append(f"| `{test.name if test.in_place else test.name + '/' + feature.name}` "
-                         f"(`{feature.name}`) | {_cell(labels)} | {_cell(', '.join(feature.assessments))} | "
+                         f"(`{feature.name}`) | {_cell(labels)} | {_cell(', '.join(feature.assessment_names()))} | "
                          f"{_cell(doc)} |")
         lines.append("")
         if entry.checks:

@@ -282,7 +282,8 @@ class Runner:
             test = entry.selected.test
             for feature in entry.selected.features:
                 name = test.name if test.in_place else f"{test.name}/{feature.name}"
-                assessed = f"; assessments: {', '.join(feature.assessments)}" if feature.assessments else ""
+                names = feature.assessment_names(self.session.cfg)
+                assessed = f"; assessments: {', '.join(names)}" if names else ""
                 print(f"  {name}  (feature {feature.describe()}{assessed})")
                 self.session.results.append(CaseResult(name, Outcome.SKIP, 0.0, "--dry-run: not run"))
         written = write_results(self.suite, self.session.artifacts, self.session.results, self._properties())

@@ -20,12 +20,13 @@ from harness.cluster.logs import CapturedLog
 from harness.cluster.pods import run_interval
 from harness.cluster.resources import NODE
 from harness.cluster.wait import wait_for
+from harness.config.settings import DCGM_IMAGE as NVIDIA_DCGM_IMAGE
 from harness.config.settings import Config, Source
 from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
 from harness.framework.suite import Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, busbw_baseline, record_verdict
-from harness.jobs.images import image
+from harness.jobs.images import image, is_project_image
 from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -347,27 +348,66 @@ def test_nvidia_driver_capabilities(t: TestContext) -> None:
     job.wait_succeeded()
 
 
-# nv-hostengine (daemonized) then dcgmi against it; dcgmi's exit status is printed rather than
-# returned, so that a failing diagnostic's report is read and judged per GPU (harness/verdict/dcgm.py)
-# instead of ending as "the pod failed".
+# upstream's per-SKU DCGM overrides (#806, gpu_unit_tests/tests/dcgm-diag.yaml in its nvidia image):
+# only GPU models that AWS wires to fewer PCIe lanes than the card supports, every other model keeps
+# DCGM's defaults. DCGM's pcie test wants an x16 link (min_pci_width 16) and fails the L4 of single-GPU
+# g6/gr6 sizes (an x8 slot) with DCGM_FR_PCIE_WIDTH, which --ignoreErrorCodes cannot mask and -p
+# cannot reach (a sub-test parameter): a `-c` config file is DCGM's way. Kept equal to upstream's.
+DCGM_DIAG_CONFIG = """version: "4.6.0"
+spec: dcgm-diag-v1
+skus:
+  - name: NVIDIA L4
+    id: 27b8
+    pcie:
+      is_allowed: true
+      h2d_d2h_single_pinned:
+        min_pci_generation: 1.0
+        min_pci_width: 8.0
+      h2d_d2h_single_unpinned:
+        min_pci_generation: 1.0
+        min_pci_width: 8.0
+"""
+# Where upstream's nvidia image has its config (its dcgm-diag.sh passes it): used when the image has it,
+# as its version follows that image's DCGM; else this project's copy above, written to a file.
+UPSTREAM_DCGM_DIAG_CONFIG = "/app/gpu_unit_tests/tests/dcgm-diag.yaml"
+# nv-hostengine (daemonized) then dcgmi against it with the per-SKU config; dcgmi's exit status is
+# printed rather than returned, so that a failing diagnostic's report is read and judged per GPU
+# (harness/verdict/dcgm.py) instead of ending as "the pod failed".
 DCGM_SCRIPT = f"""set -u
+config={UPSTREAM_DCGM_DIAG_CONFIG}
+if [ ! -f "$config" ]; then
+  config="${{TMPDIR:-/tmp}}/dcgm-diag.yaml"
+  cat > "$config" <<'EOF'
+{DCGM_DIAG_CONFIG}EOF
+fi
+echo "DCGM per-SKU config: $config"
 nv-hostengine
-dcgmi diag -r "$DCGM_DIAG_LEVEL" -j
+dcgmi diag -r "$DCGM_DIAG_LEVEL" -j -c "$config"
 echo "{DCGM_EXIT_PREFIX}$?"
 nv-hostengine --term >/dev/null 2>&1 || true
 """
 # DCGM's diagnostics read the GPUs' profiling counters and set clocks and power limits for the
-# stress tests: NVIDIA runs its DCGM containers with SYS_ADMIN. Every other capability is dropped.
+# stress tests: NVIDIA runs its DCGM containers with SYS_ADMIN.
 DCGM_CAPABILITIES = ("SYS_ADMIN",)
 
 
+def dcgm_image(t: TestContext) -> str:
+    """upstream's: --nvidiaTestImage (its image has DCGM and the per-SKU config). DCGM_IMAGE, when set,
+    wins; this project's nccl-tests image has no DCGM (images/README.md), so NVIDIA's DCGM image
+    stands in for it."""
+    if t.cfg.dcgm_image:
+        return image(t, "dcgm_image")
+    test_image = image(t, "nccl_tests_image")
+    return NVIDIA_DCGM_IMAGE if is_project_image(test_image) else test_image
+
+
 @SUITE.test("TestDcgmDiagnostics", upstream=True, feature="dcgm-diag", labels=GPU,
-            assessments=("DCGM diagnostic passes",))
+            assessments=("DCGM level-{dcgm_diag_level} diagnostic passes",))
 def test_dcgm_diagnostics(t: TestContext) -> None:
-    """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level>`, up to hours): skipped unless
-    --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its GPUs, in
-    DCGM_IMAGE); each node's JSON report is judged: any failed test fails the node, naming the test,
-    the GPU and DCGM's warning (harness/verdict/dcgm.py)."""
+    """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level> -c <per-SKU config>`, up to hours):
+    skipped unless --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its
+    GPUs, in --nvidiaTestImage as upstream's); each node's JSON report is judged: any failed test
+    fails the node, naming the test, the GPU and DCGM's warning (harness/verdict/dcgm.py)."""
     if not t.cfg.dcgm_diag_enabled:
         t.skip("skipping deep DCGM diagnostics; set --dcgmDiagEnabled to run (long-running, not suitable for a "
                "per-build gate)")
@@ -377,7 +417,7 @@ def test_dcgm_diagnostics(t: TestContext) -> None:
         raise TestFailure(f"--dcgmDiagTimeoutMinutes={minutes}: at least 2 (the Job's deadline sits a minute "
                           "inside the wait)")
     t.property("dcgm.level", level)
-    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=image(t, "dcgm_image"),
+    job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=dcgm_image(t),
                              launcher="per-node", extra_env={"DCGM_DIAG_LEVEL": level},
                              capabilities=DCGM_CAPABILITIES, timeout=minutes * 60.0,
                              deadline_seconds=(minutes - 1) * 60))
@@ -552,11 +592,12 @@ def test_node_pairs(t: TestContext) -> None:
 
 
 # TestTimeSlicing and TestMps (upstream's opt-in --timeSlicingEnabled, #813, and --mpsEnabled, #817):
-# the device plugin this run installed shares each GPU GPU_SHARING_REPLICAS times
-# (harness/setup/gpu_sharing.py), one node is filled with pods of one GPU each, all at once, and
-# harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods name
-# and (MPS) the compute mode. Each pod prints its GPU's UUID and compute mode, then holds the GPU
-# SHARING_HOLD_SECONDS so that all of them run at once (the Job controller starts them in batches).
+# the NVIDIA device plugin (the run's, or one present before it) is replaced by one sharing each GPU
+# GPU_SHARING_REPLICAS times (harness/setup/gpu_sharing.py), every node of the type is filled with
+# pods of one GPU each, all at once, and harness/verdict/gpu_sharing.py judges what the nodes
+# advertise, the overlap, the GPUs the pods name and (MPS) the compute mode. Each pod prints its
+# GPU's UUID and compute mode, then holds the GPU SHARING_HOLD_SECONDS so that all of them run at
+# once (the Job controller starts them in batches).
 SHARING_HOLD_SECONDS = 30
 SHARING_SCRIPT = (f"nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader && sleep {SHARING_HOLD_SECONDS}")
 SHARING_FLAGS = {TIME_SLICING.name: "--timeSlicingEnabled", MPS.name: "--mpsEnabled"}
@@ -580,10 +621,13 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         if not sharing_enabled(t, mode):
             t.skip(f"skipping GPU sharing ({mode.name}); set {flag} to run (it replaces the NVIDIA device plugin this "
                    "run installs, cluster-wide, for the test's duration)")
-        if t.cfg.accelerator != "nvidia" or not t.cfg.install_device_plugin:
-            raise TestFailure(f"{flag} needs --installDevicePlugin=true and ACCELERATOR=nvidia (got "
-                              f"--installDevicePlugin={str(t.cfg.install_device_plugin).lower()}, ACCELERATOR="
-                              f"{t.cfg.accelerator}): the test reconfigures the device plugin this run installs")
+        if not t.cfg.install_device_plugin:
+            # upstream's: the plugin to reconfigure must be one the suite deploys (EKS Auto ships its own).
+            t.skip(f"skipping {mode.name}; requires --installDevicePlugin so the plugin under reconfiguration is one "
+                   "this suite owns")
+        if t.cfg.accelerator != "nvidia":
+            raise TestFailure(f"{flag} needs ACCELERATOR=nvidia (got ACCELERATOR={t.cfg.accelerator}): the test "
+                              "reconfigures the NVIDIA device plugin")
         pod_image = image(t, "nccl_tests_image")  # before the device plugin is reconfigured
         replicas = sharing_replicas(t.cfg, mode)
         physical = {node.name: node.gpus for node in t.topology.nodes}
@@ -604,10 +648,11 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         verdict = Verdict([check_advertised(allocatable, physical, replicas)])
         if verdict.failures:
             record_verdict(t, verdict)
-        node = t.topology.node_names[0]
-        pods = physical[node] * replicas
+        # upstream's count: every node of the type, each filled with its shared GPUs' worth of pods.
+        per_node = t.topology.gpus_per_node * replicas
+        pods, gpus = per_node * len(physical), sum(physical.values())
         job = launch(t, Workload(f"gpu-sharing-{mode.name}", binary="sh", args=("-c", SHARING_SCRIPT),
-                                 image=pod_image, launcher="shared-gpu", on_nodes=(node,), pods=pods))
+                                 image=pod_image, launcher="shared-gpu", pods=per_node))
         sharing.workload = (job.namespace, job.selector)
         job.wait_succeeded()
         logs = [entry for entry in job.capture_logs() if not entry.previous]
@@ -619,7 +664,7 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
         seen = [report for report in reports.values() if report is not None]
         t.property("gpu_sharing.uuids", ",".join(sorted({r.uuid for r in seen})))
         t.property("gpu_sharing.compute_modes", ",".join(sorted({r.compute_mode for r in seen})))
-        verdict.add([check_overlap(intervals, pods, physical[node]), check_uuids(reports, physical[node], replicas)])
+        verdict.add([check_overlap(intervals, pods, gpus), check_uuids(reports, gpus, replicas)])
         if mode.mps:
             verdict.add(check_compute_mode(seen))
         record_verdict(t, verdict)
@@ -628,11 +673,14 @@ def gpu_sharing(mode: SharingMode) -> TestFunc:
 
 
 SUITE.features("TestTimeSlicing", upstream=True, features=[
-    Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU, ("GPU shared by time-slicing",)),
+    Feature("time-slicing", gpu_sharing(TIME_SLICING), GPU,
+            ("node advertises time-sliced GPUs", "oversubscribed pods share a physical GPU concurrently")),
 ])
 # upstream's name is TestMps (#817); TestMPS, this project's earlier name, still selects it.
 SUITE.features("TestMps", upstream=True, aliases=("TestMPS",), features=[
-    Feature("mps", gpu_sharing(MPS), GPU, ("GPU shared through MPS",)),
+    Feature("mps", gpu_sharing(MPS), GPU, ("node advertises MPS-shared GPUs",
+                                           "oversubscribed pods share a physical GPU concurrently",
+                                           "GPU is in EXCLUSIVE_PROCESS compute mode")),
 ])
 
 

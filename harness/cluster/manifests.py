@@ -51,7 +51,10 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "NodeSelector": "node selector of the workload pods",
     "NodeName": "node a pod is pinned to",
     "Pods": "pods of a shared-gpu Job, all at once on its node, one GPU each (GPU sharing tests)",
-    "Capabilities": "Linux capabilities a per-node pod's program needs (all others dropped)",
+    "SecurityContext": "the workload container's securityContext: in this project's images every capability "
+                       "dropped but those its program needs, in others the runtime's defaults "
+                       "(launchers.base.security_context)",
+    "WorkerSecurityContext": "the MPI workers' securityContext: sshd's capabilities, likewise",
     "Requests": "CPU and memory a per-node pod requests (a share of the node's allocatable; none on cpu)",
     "Tolerations": "tolerations of every pod (the GPU and EFA taints, and TOLERATIONS')",
     "NodeAffinity": "the pods' nodeAffinity: the nodes discovery chose, by name (launchers.base.node_affinity)",

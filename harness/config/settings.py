@@ -62,6 +62,12 @@ def project_image(name: str) -> str:
     return f"{PROJECT_IMAGE_REPOSITORY}/{name}:{__version__}"
 
 
+def is_project_image(image: str) -> bool:
+    """One of this project's images: `kubetest2-training/...`, or the same spelled in full as the
+    container runtimes list it (`docker.io/kubetest2-training/...`, what `hack/images name` prints)."""
+    return image.removeprefix("docker.io/").startswith(f"{PROJECT_IMAGE_REPOSITORY}/")
+
+
 WORKLOADS_IMAGE, NCCL_TESTS_IMAGE = project_image("workloads"), project_image("nccl-tests")
 UPSTREAM_PYTORCH_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/"
                           "pytorch-training:2.1.0-gpu-py310-cu121-ubuntu20.04-ec2")
@@ -287,15 +293,15 @@ class Config:
     keep_resources: bool = setting("leave the test namespace in place for debugging", parse_bool,
                                    "true or false", env="KEEP_RESOURCES", default=False)
     time_slicing_enabled: bool = setting(
-        "run TestTimeSlicing (upstream's opt-in #813): the device plugin this run installed is replaced by one "
-        "sharing each GPU by time-slicing (GPU_SHARING_REPLICAS), checked, and restored; needs "
-        "--installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
-        env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
+        "run TestTimeSlicing (upstream's opt-in #813): the NVIDIA device plugin is replaced by one sharing each "
+        "GPU by time-slicing (GPU_SHARING_REPLICAS), checked on every node of the type, and restored; needs "
+        "ACCELERATOR=nvidia, skips with --installDevicePlugin=false as upstream's; off, it skips", parse_bool,
+        "true or false", env="TIME_SLICING_ENABLED", flags=("timeSlicingEnabled",), is_bool_flag=True, default=False)
     mps_enabled: bool = setting(
-        "run TestMps (upstream's opt-in #817): the device plugin this run installed is replaced by one sharing "
+        "run TestMps (upstream's opt-in #817): the NVIDIA device plugin is replaced by one sharing "
         "each GPU through an MPS control daemon (GPU_SHARING_REPLICAS), checked, and restored (compute mode "
-        "reset); needs --installDevicePlugin and ACCELERATOR=nvidia; off, it skips", parse_bool, "true or false",
-        env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
+        "reset); needs ACCELERATOR=nvidia, skips with --installDevicePlugin=false as upstream's; off, it skips",
+        parse_bool, "true or false", env="MPS_ENABLED", flags=("mpsEnabled",), is_bool_flag=True, default=False)
     gpu_sharing_replicas: int = setting(
         "how many times the device plugin advertises each GPU in TestTimeSlicing and TestMps (its `replicas`) "
         "unless --timeSlicingReplicas / --mpsReplicas says; at least 2 (1 shares nothing)", parse_replicas,
@@ -321,9 +327,10 @@ class Config:
                                       flags=("dcgmDiagEnabled",), is_bool_flag=True, default=False)
     dcgm_diag_level: str = setting("TestDcgmDiagnostics' `dcgmi diag -r` level", choice("1", "2", "3", "4"),
                                    "1, 2, 3 or 4", env="DCGM_DIAG_LEVEL", flags=("dcgmDiagLevel",), default="4")
-    dcgm_image: str = setting("image of TestDcgmDiagnostics: NVIDIA's DCGM (nv-hostengine and dcgmi), the version the "
-                              "GPU Operator pairing the pinned device plugin v0.17.2 ships", parse_image,
-                              "an image reference", env="DCGM_IMAGE", default=DCGM_IMAGE)
+    dcgm_image: str = setting("image of TestDcgmDiagnostics (nv-hostengine and dcgmi); empty: --nvidiaTestImage's, "
+                              "as upstream's, or, where that is this project's nccl-tests image (no DCGM), "
+                              f"NVIDIA's {DCGM_IMAGE}", parse_image_or_empty,
+                              "an image reference, or empty", env="DCGM_IMAGE", default="")
     dcgm_diag_timeout_minutes: int = setting("how long TestDcgmDiagnostics waits, in minutes (at least 2: its Job's "
                                              "deadline sits a minute inside)", parse_count, "a whole number >= 2",
                                              env="DCGM_DIAG_TIMEOUT_MINUTES", flags=("dcgmDiagTimeoutMinutes",),

@@ -18,6 +18,8 @@ from typing import Any
 from harness.config.settings import Config
 from harness.framework.cli import usage
 
+# `{dcgm_diag_level}` in an assessment's name: the setting's value.
+SETTING_IN_NAME = re.compile(r"\{(\w+)\}")
 # A test: called with its TestContext (harness.framework.context). Typed loosely because the context
 # runs what the suite declares: naming it here would make suite and context import each other.
 TestFunc = Callable[[Any], None]
@@ -31,7 +33,14 @@ class Feature:
     name: str
     func: TestFunc
     labels: Labels = field(default_factory=dict)
+    # As upstream writes them; `{setting}` stands for a setting's value where upstream's name carries
+    # it (TestDcgmDiagnostics' "DCGM level-{dcgm_diag_level} diagnostic passes").
     assessments: tuple[str, ...] = ()
+
+    def assessment_names(self, cfg: Any = None) -> tuple[str, ...]:
+        """The assessments' names with `cfg`'s values in them, or `<setting>` where there is none."""
+        return tuple(SETTING_IN_NAME.sub(lambda m: f"<{m[1]}>" if cfg is None else str(getattr(cfg, m[1])), name)
+                     for name in self.assessments)
 
     def describe(self) -> str:
         labels = ", ".join(f"{k}={'|'.join(v)}" for k, v in self.labels.items())
@@ -204,12 +213,14 @@ class Selector:
     skip_labels: Labels = field(default_factory=dict)
     assess: re.Pattern[str] | None = None
     skip_assessment: re.Pattern[str] | None = None
+    # What assessments' names carry (Feature.assessments); None: `<setting>`.
+    cfg: Config | None = None
 
     @classmethod
     def from_config(cls, cfg: Config) -> Selector:
         return cls(_levels(cfg.test_run), _levels(cfg.test_skip), _optional(cfg.feature),
                    _optional(cfg.skip_features), cfg.labels, cfg.skip_labels, _optional(cfg.assess),
-                   _optional(cfg.skip_assessment))
+                   _optional(cfg.skip_assessment), cfg)
 
     def matches(self, full_name: str) -> bool:
         """Whether a test or subtest (`TestX/sub`) is selected by -test.run and -test.skip."""
@@ -247,7 +258,7 @@ class Selector:
             return True
         return any((not self.assess or self.assess.search(name))
                    and not (self.skip_assessment and self.skip_assessment.search(name))
-                   for name in feature.assessments)
+                   for name in feature.assessment_names(self.cfg))
 
     def select(self, suite: Suite) -> list[Selected]:
         """The tests with at least one selected feature, each with its selected features."""

@@ -13,9 +13,11 @@ Two cases, as upstream aws-k8s-tester's tests judge theirs:
 
 from __future__ import annotations
 
-from harness.config.settings import PROJECT_IMAGE_REPOSITORY, SETTINGS, Source
+from harness.config.settings import SETTINGS, Source, is_project_image
 from harness.errors import TestFailure
 from harness.framework.context import TestContext
+
+__all__ = ["image", "is_project_image", "spelled"]
 
 IMAGE_SETTINGS = {s.name: s for s in SETTINGS if s.name.endswith("_image")}
 
@@ -25,10 +27,6 @@ def spelled(name: str) -> str:
     setting = IMAGE_SETTINGS[name]
     ways = [f"--{flag}" for flag in setting.flags] + ([setting.env] if setting.env else [])
     return ways[0] + (f" (or {', '.join(ways[1:])})" if len(ways) > 1 else "")
-
-
-def is_project_image(image: str) -> bool:
-    return image.startswith(f"{PROJECT_IMAGE_REPOSITORY}/")
 
 
 def image(t: TestContext, name: str, *, needed_for: str = "") -> str:

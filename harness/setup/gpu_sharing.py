@@ -3,8 +3,10 @@ installed is replaced, under the same name, by one whose config file shares each
 times (time-slicing, or MPS with its control daemon); afterwards everything is put back as it was.
 
 Why replace rather than add: the stock DaemonSet (manifests/addons/nvidia-device-plugin.yaml) has
-no config volume, and two plugins advertising nvidia.com/gpu on a node would conflict. Why only a
-plugin this run installed: reconfiguring a plugin the platform supplied is not this harness's to do.
+no config volume, and two plugins advertising nvidia.com/gpu on a node would conflict. A plugin
+already present under that name (not installed by this run) is replaced too, as upstream's
+(`deleteDaemonSetAndWait` of whatever is there); upstream then puts its stock plugin back, here the
+one that was there comes back as it was (its spec, labels and annotations).
 
 The config file is the plugin's own format (NVIDIA/k8s-device-plugin v0.17.2, api/config/v1):
 `version: v1` and `sharing: {timeSlicing|mps: {resources: [{name: nvidia.com/gpu, replicas: N}]}}`,
@@ -14,10 +16,10 @@ mounts to the plugin, and the control daemon (manifests/addons/nvidia-mps-contro
 Restoration (GpuSharing.restore), in this order: the workload drained (its pods gone), the MPS
 control daemon removed, every node's compute mode reset (`nvidia-smi -c DEFAULT` in a Job per
 node: the daemon leaves its GPUs EXCLUSIVE_PROCESS), the sharing plugin and its ConfigMap deleted,
-the stock plugin created again and rolled out. It runs once, from whichever comes first of the
-test's cleanup and the run's teardown (both registered), on the run's cluster and without the
-test's cancel token, so a failed, timed-out or interrupted test is restored too; each step's
-failure is said and the next steps still run.
+the stock plugin (or the one that was present) created again and rolled out. It runs once, from
+whichever comes first of the test's cleanup and the run's teardown (both registered), on the run's
+cluster and without the test's cancel token, so a failed, timed-out or interrupted test is
+restored too; each step's failure is said and the next steps still run.
 """
 
 from __future__ import annotations
@@ -152,6 +154,27 @@ def reset_job(node: str, run_id: str, image: str, extra_tolerations: Sequence[Ma
                                          "securityContext": {"privileged": True}}]}}}}
 
 
+# What the API server sets on a DaemonSet it stores: dropped from a present plugin before it is
+# created again (its generation annotation would be stale).
+SERVER_SET_ANNOTATIONS = ("deprecated.daemonset.template.generation",)
+
+
+def recreatable(live: Obj) -> Obj:
+    """A live DaemonSet as it can be created again: its name, namespace, labels, annotations and spec."""
+    meta = live["metadata"]
+    annotations = {key: value for key, value in (meta.get("annotations") or {}).items()
+                   if key not in SERVER_SET_ANNOTATIONS}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": dict(meta.get("labels") or {}),
+                         "annotations": annotations},
+            "spec": copy.deepcopy(live["spec"])}
+
+
+def pod_selector(daemonset: Obj) -> str:
+    """The DaemonSet's pods, as a label selector."""
+    return ",".join(f"{key}={value}" for key, value in daemonset["spec"]["selector"]["matchLabels"].items())
+
+
 def advertised(nodes: Sequence[Obj]) -> dict[str, int]:
     """Each node's allocatable nvidia.com/gpu (0 when it advertises none)."""
     return {node["metadata"]["name"]: int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
@@ -198,9 +221,10 @@ class GpuSharing:
     # (namespace, label selector) of the workload's pods, drained first on restoration.
     workload: tuple[str, str] | None = None
     steps: list[str] = field(default_factory=list)
-    # Set just before share() changes anything: until then there is nothing to restore (and a plugin
-    # the platform supplied must not be touched).
+    # Set just before share() changes anything: until then there is nothing to restore.
     changed: bool = False
+    # The plugin that was present before the run (not installed by it), put back instead of the stock one.
+    present: Obj | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _restored: bool = False
 
@@ -227,19 +251,21 @@ class GpuSharing:
         """Replace the stock plugin by the sharing one (and MPS' daemon) and wait for them on the
         nodes. The restoration is registered on the run's teardown before anything changes."""
         session, cfg = self.session, self.session.cfg
+        stock = stock_plugin(cfg.run_id, cfg.tolerations.as_pod_spec())
         installed = session.properties.get(f"addon.{NVIDIA_DEVICE_PLUGIN.key}", "")
         if not installed.startswith("installed"):
-            raise TestFailure(f"{self.mode.name}: the NVIDIA device plugin was not installed by this run "
-                              f"({installed or 'not installed'}): reconfiguring a device plugin the platform "
-                              "supplied is not this harness's to do; run with --installDevicePlugin on a cluster "
-                              "without one")
+            live = self.cluster.get(self.cluster.resource("apps/v1", "DaemonSet"), PLUGIN_NAME, PLUGIN_NAMESPACE)
+            if live is None:
+                raise TestFailure(f"{self.mode.name}: no NVIDIA device plugin ({describe(stock)}) to replace "
+                                  f"({installed or 'not installed by this run'})")
+            self.present = recreatable(live)
         session.teardown.callback(self.restore)
         objects = self._objects()
-        stock = stock_plugin(cfg.run_id, cfg.tolerations.as_pod_spec())
-        say(session, f"replacing {describe(stock)} by one sharing each GPU {self.replicas} times ({self.mode.name})")
+        say(session, f"replacing {describe(stock)}{' (present before the run)' if self.present else ''} by one "
+            f"sharing each GPU {self.replicas} times ({self.mode.name})")
         self.changed = True
         self._delete(stock)
-        self._wait(no_pods(PLUGIN_NAMESPACE, PLUGIN_SELECTOR), STEP_SECONDS)
+        self._wait(no_pods(PLUGIN_NAMESPACE, pod_selector(self.present or stock)), STEP_SECONDS)
         for obj in objects:
             self.cluster.apply(obj)
         self.steps.append("shared")
@@ -273,10 +299,11 @@ class GpuSharing:
         step("sharing plugin removed", lambda: (self._delete(objects[f"DaemonSet/{PLUGIN_NAME}"]),
                                                 self._wait(no_pods(PLUGIN_NAMESPACE, PLUGIN_SELECTOR), STEP_SECONDS)))
         step("sharing config removed", lambda: self._delete(objects[f"ConfigMap/{CONFIG_MAP}"]))
-        step("stock plugin restored", self._restore_stock)
+        step("present plugin restored" if self.present else "stock plugin restored", self._restore_stock)
         outcome = "restored" if not failures else "restore failed: " + "; ".join(failures)
         session.properties[f"gpu_sharing.{self.mode.name}"] = outcome
-        say(session, outcome if failures else f"stock device plugin restored ({', '.join(self.steps)})")
+        say(session, outcome if failures else f"{'present' if self.present else 'stock'} device plugin restored "
+            f"({', '.join(self.steps)})")
 
     def _reset_compute_mode(self) -> None:
         cfg = self.session.cfg
@@ -292,8 +319,8 @@ class GpuSharing:
 
     def _restore_stock(self) -> None:
         cfg = self.session.cfg
-        stock = stock_plugin(cfg.run_id, cfg.tolerations.as_pod_spec())
-        self.cluster.apply(copy.deepcopy(stock))
-        self._wait(pods_ready_on_nodes(PLUGIN_NAMESPACE, PLUGIN_SELECTOR, self.node_names), cfg.discovery_timeout)
+        plugin = self.present or stock_plugin(cfg.run_id, cfg.tolerations.as_pod_spec())
+        self.cluster.apply(copy.deepcopy(plugin))
+        self._wait(pods_ready_on_nodes(PLUGIN_NAMESPACE, pod_selector(plugin), self.node_names), cfg.discovery_timeout)
         if self.physical:
             self._wait(nodes_advertise(self.physical), cfg.discovery_timeout)

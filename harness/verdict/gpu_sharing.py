@@ -78,7 +78,7 @@ def peak_overlap(intervals: Iterable[tuple[float, float]]) -> int:
 
 
 def check_overlap(intervals: Mapping[str, tuple[float, float]], pods: int, physical: int) -> Check:
-    """All `pods` pods of the node ran at the same time, more than its `physical` GPUs."""
+    """All `pods` pods (of every node) ran at the same time, more than the nodes' `physical` GPUs."""
     missing = pods - len(intervals)
     peak = peak_overlap(intervals.values())
     if missing > 0:
@@ -87,7 +87,7 @@ def check_overlap(intervals: Mapping[str, tuple[float, float]], pods: int, physi
                             expected=float(pods))
     if peak <= physical:
         return Check.failed("gpu_sharing.overlap", f"at most {peak} of the {pods} pods ran at the same time, no more "
-                                                   f"than the node's {physical} GPUs: no GPU was shown to be shared "
+                                                   f"than the nodes' {physical} GPUs: no GPU was shown to be shared "
                                                    "(pods that take turns on a GPU also succeed without sharing)",
                             measured=float(peak), expected=float(pods))
     if peak < pods:
@@ -99,7 +99,7 @@ def check_overlap(intervals: Mapping[str, tuple[float, float]], pods: int, physi
 
 
 def check_uuids(reports: Mapping[str, GpuReport | None], physical: int, replicas: int) -> Check:
-    """Each pod named its GPU; no more GPUs than the node has, none handed out more than
+    """Each pod named its GPU; no more GPUs than the nodes have, none handed out more than
     `replicas` times, at least one handed out twice or more."""
     silent = sorted(pod for pod, report in reports.items() if report is None)
     if silent:
@@ -107,7 +107,7 @@ def check_uuids(reports: Mapping[str, GpuReport | None], physical: int, replicas
                                                  f"line (nvidia-smi): {', '.join(silent[:5])}")
     uses = Counter(report.uuid for report in reports.values() if report is not None)
     if len(uses) > physical:
-        return Check.failed("gpu_sharing.uuids", f"the pods name {len(uses)} different GPUs, more than the node's "
+        return Check.failed("gpu_sharing.uuids", f"the pods name {len(uses)} different GPUs, more than the nodes' "
                                                  f"{physical}")
     over = {uuid: n for uuid, n in uses.items() if n > replicas}
     if over:

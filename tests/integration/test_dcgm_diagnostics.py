@@ -1,5 +1,5 @@
 """TestDcgmDiagnostics (issue 23 item 14) through the real kubetest2 on the local cluster's p5 nodes:
-upstream's opt-in flags, a per-node Job in the DCGM image with every GPU of its node, and each node's
+upstream's opt-in flags, a per-node Job in --nvidiaTestImage with every GPU of its node, and each node's
 `dcgmi diag -j` report judged per GPU. The reports are canned (localcluster/emulation/canned_logs: synthetic, marked);
 what is real is the flags, the Jobs the API server admits, their deadline and the verdict."""
 
@@ -17,11 +17,15 @@ from .kubetest2_runs import case_properties, junit_cases, kubetest2
 pytestmark = pytest.mark.integration
 
 NVIDIA = {"ACCELERATOR": "nvidia"}
+# upstream's TestDcgmDiagnostics runs in --nvidiaTestImage (its DCGM and per-SKU config); upstream's name
+# refuses this project's unpublished default, so the run names one as upstream's CI does.
+NVIDIA_TEST_IMAGE = "public.ecr.aws/example/nvidia-test:1"
 
 
 def run_dcgm(cluster: LocalCluster, artifacts: Path, canned_log: str, *flags: str):
     return kubetest2(cluster, artifacts, "exec", "nvidia.test", "--test.run=^TestDcgmDiagnostics$",
-                     "--dcgmDiagEnabled", *flags, env={**NVIDIA, "POD_ANNOTATIONS": f"{CANNED}={canned_log}"})
+                     "--dcgmDiagEnabled", f"--nvidiaTestImage={NVIDIA_TEST_IMAGE}", *flags,
+                     env={**NVIDIA, "POD_ANNOTATIONS": f"{CANNED}={canned_log}"})
 
 
 def test_dcgm_diagnostics_run_on_every_node_at_the_level_asked_and_pass(p5_nodes: LocalCluster, tmp_path: Path):
@@ -44,9 +48,10 @@ def test_dcgm_diagnostics_run_on_every_node_at_the_level_asked_and_pass(p5_nodes
         pod = job["spec"]["template"]["spec"]
         container = pod["containers"][0]
         assert job["spec"]["activeDeadlineSeconds"] == 4 * 60  # a minute inside the 5-minute wait
-        assert container["image"] == "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
+        assert container["image"] == NVIDIA_TEST_IMAGE
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
-        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+        # upstream's image keeps the runtime's default capabilities; DCGM's SYS_ADMIN is added
+        assert container["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
         assert {"name": "DCGM_DIAG_LEVEL", "value": "3"} in container["env"]
 
 

@@ -34,9 +34,11 @@ from harness.cluster.logs import capture_pod_logs
 from harness.cluster.manifests import render
 from harness.cluster.resources import CLUSTER_TRAINING_RUNTIME, JOB, MPIJOB, POD
 from harness.cluster.wait import TICK_SECONDS, wait_for
-from harness.config.settings import Source, resolve
+from harness.config.settings import NCCL_TESTS_IMAGE, Source, resolve
 from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
 from harness.framework.cli import parse_args
+from harness.jobs.launchers.base import security_context
+from harness.jobs.launchers.mpi import SSHD_CAPABILITIES
 from harness.setup.discovery import discover
 
 from .conftest import INJECT, REPO, LocalCluster, canned_by_default
@@ -298,8 +300,10 @@ TEMPLATE_FIELDS = {
     "torchrun-job.yaml": {"Command": ["torchrun"], "Args": ["-m", "workloads.bert"], "MasterPort": 29500,
                           "BackoffLimit": 0, "ActiveDeadlineSeconds": 600},
     "mpijob.yaml": {"SlotsPerWorker": 8, "LauncherCommand": ["mpirun", "-np", "16", "python", "-m", "x"],
-                    "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1},
-    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
+                    "LauncherEnv": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}], "BackoffLimit": 1,
+                    # another image's shape: the runtime's defaults, sshd's capabilities added
+                    "WorkerSecurityContext": security_context("repo/train:1", SSHD_CAPABILITIES)},
+    "per-node-job.yaml": {"NodeName": "kwok-cpu-0", "GPUPerNode": 8,
                           "Requests": {"cpu": "8", "memory": "8Gi"}, "Command": ["nvidia-smi", "-L"],
                           "ActiveDeadlineSeconds": 960},
     "shared-gpu-job.yaml": {"NodeName": "kwok-cpu-0", "Pods": 32,
@@ -329,6 +333,8 @@ def test_every_manifest_passes_server_side_dry_run(kube: Cluster, namespace: str
               "Image": "repo/train:1", "ImagePullPolicy": "IfNotPresent", "WorkerReplicas": 4, "Resources": resources,
               "NodeSelector": {"node.kubernetes.io/instance-type": "p4d.24xlarge"},
               "Tolerations": TOLERATIONS,
+              # this project's images' shape: every capability dropped but the program's
+              "SecurityContext": security_context(NCCL_TESTS_IMAGE, ("CHOWN",)),
               "NodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                   {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["kwok-cpu-0"]}]}]}},
               "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"},

@@ -1,7 +1,10 @@
-"""Capabilities (issue 23 item 6): each pod keeps what its program needs, all else dropped.
+"""Capabilities (issue 23 item 6, issue 33 item 4): in this project's images each pod keeps what its
+program needs, all else dropped; any other image (upstream's) keeps the runtime's defaults, as
+upstream's manifests leave them.
 
-Rendering: per-node pods add exactly their Workload's capabilities; TestNvidiaDriverCapabilities'
-pod those apt needs; MPI workers sshd's; nothing else adds any.
+Rendering: per-node pods of our images add exactly their Workload's capabilities; MPI workers
+sshd's; nothing else adds any. Other images: no drop, only what a program needs beyond the
+defaults added (DCGM's SYS_ADMIN).
 
 On this machine: what apt does with root's privileges, step by step (a folder chowned to another
 user, a process run as that user writing in it, root reading and re-dating its file, root stopping
@@ -19,19 +22,24 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
 from harness.cluster.manifests import render
+from harness.config.settings import DCGM_IMAGE, NCCL_TESTS_IMAGE
 from harness.jobs.launchers import LAUNCHERS
+from harness.jobs.launchers.mpi import SSHD_CAPABILITIES
 from harness.jobs.workload import Workload
-from testbins.e2e_nvidia import APT_CAPABILITIES
+from testbins.e2e_nvidia import APT_CAPABILITIES, CAPABILITIES_IMAGE, DCGM_CAPABILITIES
 from tests.unit.test_pod_resources import placement
 
+OURS, UPSTREAMS = NCCL_TESTS_IMAGE, "public.ecr.aws/example/upstream-nvidia-test:1"
 
-def security_contexts(launcher: str, workload: Workload) -> dict[str, dict]:
+
+def security_contexts(launcher: str, workload: Workload, image: str = OURS) -> dict[str, dict]:
     found = {}
-    for r in LAUNCHERS[launcher].renderings(workload, placement()):
+    for r in LAUNCHERS[launcher].renderings(workload, replace(placement(), image=image)):
         for obj in render(r.template, r.fields):
             templates = (obj["spec"]["mpiReplicaSpecs"] if obj["kind"] == "MPIJob"
                          else {obj["kind"]: obj["spec"]} if obj["kind"] in ("Job", "DaemonSet") else {})
@@ -40,26 +48,54 @@ def security_contexts(launcher: str, workload: Workload) -> dict[str, dict]:
     return found
 
 
-def test_per_node_pods_add_exactly_their_workloads_capabilities():
+def test_per_node_pods_of_our_images_add_exactly_their_workloads_capabilities():
     plain = security_contexts("per-node", Workload("probe", binary="nvidia-smi"))["Job"]
-    assert plain["capabilities"] == {"drop": ["ALL"], "add": []}
+    assert plain["capabilities"] == {"drop": ["ALL"]}
     apt = security_contexts("per-node", Workload("moderngl", binary="bash", capabilities=APT_CAPABILITIES))["Job"]
     assert apt["capabilities"] == {"drop": ["ALL"], "add": list(APT_CAPABILITIES)}
     assert apt["allowPrivilegeEscalation"] is False
     assert {"CHOWN", "SETUID", "SETGID"} <= set(APT_CAPABILITIES)
 
 
-def test_mpi_workers_keep_sshds_capabilities_and_the_launcher_none():
+def test_mpi_workers_of_our_images_keep_sshds_capabilities_and_the_launcher_none():
     contexts = security_contexts("mpi", Workload("bert", "workloads.bert"))
     assert contexts["Launcher"]["capabilities"] == {"drop": ["ALL"]}
-    assert contexts["Worker"]["capabilities"] == {"drop": ["ALL"],
-                                                 "add": ["NET_BIND_SERVICE", "SYS_CHROOT", "SETUID", "SETGID", "KILL"]}
+    assert contexts["Worker"]["capabilities"] == {"drop": ["ALL"], "add": list(SSHD_CAPABILITIES)}
+    assert SSHD_CAPABILITIES == ("NET_BIND_SERVICE", "SYS_CHROOT", "SETUID", "SETGID", "KILL")
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "daemonset"])
-def test_single_program_pods_drop_every_capability(launcher):
+@pytest.mark.parametrize("launcher", ["torchrun", "daemonset", "shared-gpu"])
+def test_single_program_pods_of_our_images_drop_every_capability(launcher):
     for context in security_contexts(launcher, Workload("x", "workloads.bert", host_paths={"/h": "/etc"})).values():
-        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize("launcher", ["mpi", "per-node", "torchrun", "daemonset", "shared-gpu"])
+def test_other_images_keep_the_runtimes_default_capabilities(launcher):
+    # upstream's images (Ubuntu sshd with PAM, dcgmi, HPL's mpirun, apt) run with the runtime's defaults,
+    # as upstream's manifests leave them: the reduced sets were proven on our images only.
+    contexts = security_contexts(launcher, Workload("x", "workloads.bert", host_paths={"/h": "/etc"}), UPSTREAMS)
+    assert contexts
+    for role, context in contexts.items():
+        added = list(SSHD_CAPABILITIES) if role == "Worker" else None
+        assert context == ({"capabilities": {"add": added}} if added else {}), role
+        assert "drop" not in context.get("capabilities", {}), role
+
+
+def test_our_images_spelled_in_full_are_ours():
+    # what hack/images name prints, and the real-node tests run (apt's set proven on it)
+    full = f"docker.io/{OURS}"
+    assert security_contexts("per-node", Workload("p", binary="true"), full)["Job"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_other_images_get_what_a_program_needs_beyond_the_defaults():
+    dcgm = security_contexts("per-node", Workload("dcgm", binary="bash", capabilities=DCGM_CAPABILITIES),
+                             DCGM_IMAGE)["Job"]
+    assert dcgm == {"capabilities": {"add": ["SYS_ADMIN"]}}  # nothing dropped
+    # upstream's driver-capabilities check runs public ubuntu: apt keeps the runtime's defaults
+    apt = security_contexts("per-node", Workload("moderngl", binary="bash", capabilities=APT_CAPABILITIES),
+                            CAPABILITIES_IMAGE)["Job"]
+    assert "drop" not in apt["capabilities"]
 
 
 # apt's steps with root's privileges; `nobody` stands for `_apt`.

@@ -163,6 +163,43 @@ def test_assessments_select_features():
     assert "TestContainerdConfig" not in names(selector("--skip-assessment=DaemonSet"), suite)
 
 
+# upstream's Assess(...) names (test/cases/nvidia*/*_test.go), feature by feature.
+UPSTREAM_ASSESSMENTS = {
+    ("TestMPIJobPytorchTraining", "single-node"): ("MPIJob succeeds",),
+    **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): ("MPIJob succeeds",)
+       for op in e2e_nvidia.UPSTREAM_NCCL_TESTS},
+    ("TestSingleNodeUnitTest", "unit-test"): ("Unit test Job succeeds",),
+    ("TestSingleNodeUnitTest", "hpc-benckmarks"): ("HPC test Job succeeds",),
+    ("TestNvidiaDriverCapabilities", "nvidia-driver-capabilities-check"): ("Check Pod becomes ready",),
+    ("TestContainerdConfig", "containerd-config-check"): ("DaemonSet becomes ready",),
+    ("TestDcgmDiagnostics", "dcgm-diag"): ("DCGM level-4 diagnostic passes",),  # fmt.Sprintf with the level
+    ("TestTimeSlicing", "time-slicing"): ("node advertises time-sliced GPUs",
+                                          "oversubscribed pods share a physical GPU concurrently"),
+    ("TestMps", "mps"): ("node advertises MPS-shared GPUs", "oversubscribed pods share a physical GPU concurrently",
+                         "GPU is in EXCLUSIVE_PROCESS compute mode"),
+    ("TestBertTraining", "bert-training"): ("BERT training Job succeeds",),
+}
+
+
+def test_upstream_features_carry_upstreams_assessment_names():
+    cfg = resolve(parse_args([]), {})
+    tests = e2e_nvidia.SUITE.tests + e2e_nvidia_training.SUITE.tests
+    declared = {(t.name, f.name): f.assessment_names(cfg) for t in tests for f in t.features if t.upstream}
+    assert declared == UPSTREAM_ASSESSMENTS
+
+
+def test_assess_filters_upstreams_names_the_dcgm_level_included():
+    suite = e2e_nvidia.SUITE
+    assert names(selector("--assess=oversubscribed pods share"), suite) == ["TestTimeSlicing", "TestMps"]
+    assert names(selector("--assess=EXCLUSIVE_PROCESS"), suite) == ["TestMps"]
+    assert names(selector("--assess=^DCGM level-4 "), suite) == ["TestDcgmDiagnostics"]
+    assert names(selector("--assess=^DCGM level-4 ", "--dcgmDiagLevel=2"), suite) == []
+    assert names(selector("--assess=^DCGM level-2 ", "--dcgmDiagLevel=2"), suite) == ["TestDcgmDiagnostics"]
+    skipped = names(selector("--skip-assessment=node advertises|oversubscribed|EXCLUSIVE_PROCESS"), suite)
+    assert "TestTimeSlicing" not in skipped and "TestMps" not in skipped
+    assert "TestDcgmDiagnostics" in skipped
+
+
 def test_every_upstream_test_and_feature_is_declared_with_upstreams_labels():
     features = {(t.name, f.name): f for t in e2e_nvidia.SUITE.tests + e2e_nvidia_training.SUITE.tests
                 for f in t.features}

@@ -9,7 +9,9 @@ import pytest
 
 from harness.cluster.labels import MANAGED_BY_LABEL
 from harness.cluster.manifests import PLACEHOLDER, TEMPLATE_FIELDS, render, render_text, save
+from harness.config.settings import NCCL_TESTS_IMAGE
 from harness.errors import RenderError
+from harness.jobs.launchers.base import security_context
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,6 +19,8 @@ TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 LABELS = {MANAGED_BY_LABEL: "kubetest2-training", "kubetest2-training/run-id": "r1"}
 PINNED = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}]}}
+# A container of this project's image: every capability dropped.
+DROPPED = security_context(NCCL_TESTS_IMAGE)
 
 
 def torchrun_fields(**overrides):
@@ -28,7 +32,7 @@ def torchrun_fields(**overrides):
         "Command": ["torchrun"],
         "Args": ["--nnodes=4", "-m", "workloads.bert"], "Env": [{"name": "NUM_GPUS_PER_NODE", "value": "8"}],
         "MasterPort": 29500, "BackoffLimit": 0, "ActiveDeadlineSeconds": 1260,
-              "Tolerations": TOLERATIONS,
+              "Tolerations": TOLERATIONS, "SecurityContext": DROPPED,
     }
     fields.update(overrides)
     return fields
@@ -100,7 +104,7 @@ def test_trainjob_template_sets_the_trainer_and_references_the_runtime():
 
 def test_mpijob_template():
     fields = torchrun_fields(SlotsPerWorker=8, LauncherCommand=["mpirun", "-np", "32"], BackoffLimit=1,
-                             LauncherEnv=[{"name": "MASTER_PORT", "value": "29500"}])
+                             LauncherEnv=[{"name": "MASTER_PORT", "value": "29500"}], WorkerSecurityContext=DROPPED)
     for key in ("Command", "Args", "MasterPort", "ActiveDeadlineSeconds", "Env"):
         fields.pop(key)
     (mpijob,) = render("mpijob.yaml", fields)
@@ -134,7 +138,7 @@ def test_every_declared_field_is_used_by_a_template():
 def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
     fields = {"JobName": "gpu-capacity-n1", "Namespace": "ns", "Labels": LABELS, "PodAnnotations": {},
               "Image": "img:1", "ImagePullPolicy": "IfNotPresent",
-              "NodeName": "n1", "GPUPerNode": 8, "Capabilities": ["CHOWN"],
+              "NodeName": "n1", "GPUPerNode": 8, "SecurityContext": DROPPED,
               "Requests": {"cpu": "48", "memory": "64Gi"}, "Command": ["nvidia-smi", "-L"],
               "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}],
               "Tolerations": TOLERATIONS, "ActiveDeadlineSeconds": 960}
@@ -153,7 +157,7 @@ def test_daemonset_template_mounts_host_folders_read_only_on_the_node_type():
               "NodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}, "NodeAffinity": PINNED,
               "VolumeMounts": [{"name": "host-0", "mountPath": "/host-etc/containerd", "readOnly": True}],
               "Volumes": [{"name": "host-0", "hostPath": {"path": "/etc/containerd"}}],
-              "Tolerations": TOLERATIONS}
+              "Tolerations": TOLERATIONS, "SecurityContext": DROPPED}
     (daemonset,) = render("daemonset.yaml", fields)
     pod = daemonset["spec"]["template"]["spec"]
     assert daemonset["spec"]["selector"]["matchLabels"] == daemonset["spec"]["template"]["metadata"]["labels"]

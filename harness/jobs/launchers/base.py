@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from harness.cluster.logs import CapturedLog
 from harness.cluster.resources import Obj, Resource
 from harness.cluster.wait import Condition
+from harness.config.settings import is_project_image
 from harness.config.topology import DEFAULT_TOLERATIONS, EFA_RESOURCE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from harness.jobs.workload import Placement, Rendering, Workload
 
@@ -94,12 +95,26 @@ def pull_policy(setting: str, image: str) -> str:
     return "IfNotPresent" if "@" in image else "Always"
 
 
+def security_context(image: str, capabilities: Iterable[str] = ()) -> dict[str, Any]:
+    """A container's securityContext. This project's images (`kubetest2-training/...`): every
+    capability dropped but `capabilities`, the set each program was proven to need on them, and no
+    privilege escalation. Any other image (upstream's, NVIDIA's, the user's: Ubuntu sshd with PAM,
+    dcgmi, HPL's mpirun, apt) keeps the runtime's default capabilities, as upstream's manifests leave
+    them (no securityContext): a reduced set proven on our images says nothing about theirs.
+    `capabilities` beyond the defaults (DCGM's SYS_ADMIN) are added there too."""
+    added = {"add": list(capabilities)} if capabilities else {}
+    if is_project_image(image):
+        return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], **added}}
+    return {"capabilities": added} if added else {}
+
+
 def common_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
     image = workload.image or placement.image
     return {"JobName": workload.job_name, "Namespace": placement.namespace, "Labels": dict(placement.labels),
             "PodAnnotations": dict(placement.pod_annotations), "Image": image,
             "ImagePullPolicy": pull_policy(placement.image_pull_policy, image),
-            "Tolerations": pod_tolerations(placement)}
+            "Tolerations": pod_tolerations(placement),
+            "SecurityContext": security_context(image, workload.capabilities)}
 
 
 def node_affinity(placement: Placement) -> dict[str, Any]:
@@ -139,6 +154,13 @@ class Launcher:
     def owners(self, workload: Workload, placement: Placement) -> list[str]:
         """The names of the owner objects."""
         return [workload.job_name]
+
+
+class JobPerNode(Launcher):
+    """A launcher whose owners are a Job per node of the placement, named `<job>-<node>`."""
+
+    def owners(self, workload: Workload, placement: Placement) -> list[str]:
+        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         raise NotImplementedError

@@ -23,6 +23,7 @@ from harness.jobs.launchers.base import (
     Launcher,
     env_list,
     env_values,
+    security_context,
     worker_fields,
 )
 from harness.jobs.mpirun import explain_failure as explain_mpirun_failure
@@ -60,6 +61,19 @@ def mpi_master_addr(job_name: str) -> str:
     return f"{job_name}-worker-0.{job_name}"
 
 
+# What sshd, as mpi-operator's workers run it, needs of root; the ranks (its sessions) need none.
+# Proven on this project's images (the MPIJob run over real sshd on real nodes).
+SSHD_CAPABILITIES = (
+    "NET_BIND_SERVICE",  # listens on port 22 (unless the runtime opens low ports to all)
+    "SYS_CHROOT",  # privilege separation: the pre-auth child chroots to /run/sshd
+    "SETUID",  # ... and drops to the sshd user; sessions run as the logged-in user
+    "SETGID",  # ... with that user's groups (setgroups, initgroups)
+    "KILL",  # the monitor (root) signals its unprivileged pre-auth child (LoginGraceTime)
+    # Not CHOWN (only a pty is chowned to its user: mpirun's ssh asks none) nor AUDIT_WRITE (sshd
+    # running as root carries on when the audit write is refused).
+)
+
+
 class Mpi(Launcher):
     name = "mpi"
     owner = MPIJOB
@@ -77,6 +91,7 @@ class Mpi(Launcher):
             "BackoffLimit": MPI_LAUNCHER_BACKOFF_LIMIT,
             "LauncherCommand": mpirun_command(workload, placement, env),
             "LauncherEnv": env_list(env),
+            "WorkerSecurityContext": security_context(workload.image or placement.image, SSHD_CAPABILITIES),
         })]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:

@@ -10,7 +10,7 @@ from harness.cluster.labels import job_selector
 from harness.cluster.resources import JOB
 from harness.cluster.wait import Condition
 from harness.jobs.launchers.base import (
-    Launcher,
+    JobPerNode,
     common_fields,
     container_env,
     node_requests,
@@ -18,18 +18,15 @@ from harness.jobs.launchers.base import (
 from harness.jobs.workload import Placement, Rendering, Workload
 
 
-class PerNode(Launcher):
+class PerNode(JobPerNode):
     name = "per-node"
     owner = JOB
-
-    def owners(self, workload: Workload, placement: Placement) -> list[str]:
-        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
         common = common_fields(workload, placement)
         return [Rendering("per-node-job.yaml", {
             **common, "JobName": job_name, "NodeName": node, "GPUPerNode": placement.processes_per_node,
-            "Requests": node_requests(placement), "Capabilities": list(workload.capabilities),
+            "Requests": node_requests(placement),
             "ActiveDeadlineSeconds": workload.deadline_seconds or int(placement.job_timeout) + 60,
             "Command": workload.program(), "Env": container_env(workload, placement, None)})
             for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]

@@ -1,6 +1,6 @@
-"""shared-gpu: one Job of `workload.pods` pods (default: one per GPU of the node) pinned to the
-placement's first node, each asking for one nvidia.com/gpu, all at once (TestTimeSlicing, TestMps:
-more pods than the node has GPUs)."""
+"""shared-gpu: a Job per node of `workload.pods` pods (default: one per GPU of the node) pinned to
+it, each asking for one nvidia.com/gpu, all at once (TestTimeSlicing, TestMps: more pods than the
+nodes have GPUs, on every node of the type as upstream counts them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from harness.cluster.conditions import pods_succeeded
 from harness.cluster.labels import job_selector
 from harness.cluster.resources import JOB
 from harness.cluster.wait import Condition
-from harness.jobs.launchers.base import Launcher, common_fields, container_env
+from harness.jobs.launchers.base import JobPerNode, common_fields, container_env
 from harness.jobs.workload import Placement, Rendering, Workload
 
 
@@ -16,15 +16,17 @@ def pod_count(workload: Workload, placement: Placement) -> int:
     return workload.pods if workload.pods is not None else placement.processes_per_node
 
 
-class SharedGpu(Launcher):
+class SharedGpu(JobPerNode):
     name = "shared-gpu"
     owner = JOB
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
+        common = common_fields(workload, placement)
         return [Rendering("shared-gpu-job.yaml", {
-            **common_fields(workload, placement), "NodeName": placement.node_names[0],
-            "Pods": pod_count(workload, placement), "Command": workload.program(),
-            "Env": container_env(workload, placement, None)})]
+            **common, "JobName": job_name, "NodeName": node, "Pods": pod_count(workload, placement),
+            "Command": workload.program(), "Env": container_env(workload, placement, None)})
+            for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
-        return pods_succeeded(placement.namespace, job_selector(workload.job_name), pod_count(workload, placement))
+        return pods_succeeded(placement.namespace, job_selector(workload.job_name),
+                              pod_count(workload, placement) * placement.node_count)
