@@ -123,6 +123,20 @@ def test_node_not_ready_names_node():
     assert cond.check(state_of(node, kind="Node"), 0) is None
 
 
+
+def test_node_not_ready_names_the_pods_it_strands_and_blames_the_first():
+    """Issue 34: containerd or the kubelet of a real node gone leaves its pods Running in the API;
+    the failure names them (and the pod the report quotes), not only the node."""
+    node = {"metadata": {"name": "n1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "message": "container runtime is down"}]}}
+    state = state_of(node, kind="Node")
+    state.replace_all("Pod", [pod("w-1"), pod("w-0", node="n2"), pod("w-2", phase="Succeeded"),
+                              {**pod("other"), "metadata": {"name": "other", "namespace": "elsewhere"}}])
+    cond = node_not_ready(["n1", "n2"], "ns", "x=y")
+    assert cond.check(state, 0) == "node n1 is NotReady: container runtime is down (its pods: w-1)"
+    assert cond.blame(state, 0) == "w-1"
+    assert node_not_ready(["n1"]).blame(state, 0) is None
+
 def test_pods_counted_follow_each_pods_changes():
     state = state_of(pod("w-0", phase="Succeeded"), pod("w-1"))
     done, ready = pods_succeeded("ns", "x=y", 2), pods_ready("ns", "x=y", 1)
