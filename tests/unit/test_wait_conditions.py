@@ -102,6 +102,16 @@ def test_deleted_pod_is_not_a_failure():
     assert check(pod(phase="Failed", terminated={"exitCode": 137}, deleting=True)) == (None, None)
 
 
+
+def test_an_evicted_pod_is_a_failure_naming_pod_node_and_cause():
+    """A drain's eviction sets DisruptionTarget before deleting the pod (issue 34): unlike a pod
+    deleted on purpose, it fails the job naming the eviction."""
+    evicted = pod(deleting=True, conditions=[{"type": "DisruptionTarget", "status": "True",
+                                              "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}])
+    reason, blame = check(evicted)
+    assert reason == "pod w-0 on node n1 was taken away while it ran: EvictionByEvictionAPI: Eviction API: evicting"
+    assert blame == "w-0"
+
 def test_job_conditions():
     job = {"metadata": {"name": "bert", "namespace": "ns"},
            "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
