@@ -260,10 +260,11 @@ class Cluster:
             item.setdefault("kind", resource.kind)
         return listing
 
-    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
-        """Delete (dependents in the background); False when it was already gone."""
+    def delete(self, resource: Resource, name: str, namespace: str | None = None, grace_s: int = 5) -> bool:
+        """Delete (dependents in the background); False when it was already gone. `grace_s=0` on a
+        pod is `kubectl delete --force`: gone from the API without its kubelet's word."""
         deleted = self._checked(f"delete {resource.kind} {name}", "DELETE", resource.object_path(name, namespace),
-                                body={"propagationPolicy": "Background", "gracePeriodSeconds": 5},
+                                body={"propagationPolicy": "Background", "gracePeriodSeconds": grace_s},
                                 if_missing=False)
         return deleted is not False
 

@@ -114,6 +114,7 @@ def verdict_after(run: Run, fault: Callable[[], None], what: str) -> tuple[float
     code, output = run.finish()
     seconds = time.monotonic() - injected
     print(f"fault->verdict {what}: {seconds:.1f}s (exit {code})")
+    print("\n".join(line for line in output.splitlines() if "deleted" in line or "NotReady" in line)[-2000:])
     assert code == 1, output[-5000:]
     return seconds, run.failure(), output
 
