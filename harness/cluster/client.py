@@ -44,10 +44,18 @@ REQUEST_TIMEOUT = 60.0
 STREAM_CHUNK_BYTES = 64 * 1024
 
 
+def kubelet_unreachable(exc: BaseException) -> bool:
+    """The API server answered, but the kubelet it proxies a pod's log to did not (`Get
+    "https://<node>:10250/containerLogs/...": ...`): a stopped kubelet or a node gone, which
+    retrying the API server does not fix (issue 34: 90 s of retries held a NotReady node's verdict,
+    then replaced it with this error)."""
+    return isinstance(exc, ApiError) and exc.status >= 500 and "/containerLogs/" in exc.body
+
+
 def is_transient(exc: BaseException) -> bool:
     """Errors that retrying can fix: overload, server errors, dropped or refused connections."""
     if isinstance(exc, ApiError):
-        return exc.status in RETRIABLE_STATUS
+        return exc.status in RETRIABLE_STATUS and not kubelet_unreachable(exc)
     # kubernetes' ApiException(status=0) wraps TLS errors of a server that is (re)starting.
     if type(exc).__name__ == "ApiException" and getattr(exc, "status", None) == 0:
         return True
