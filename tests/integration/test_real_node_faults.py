@@ -141,6 +141,10 @@ def test_a_node_not_ready_before_the_run_fails_the_nodes_check_unless_node_count
     assert props["check.nodes"].startswith("pass:") and "the user's choice" in props["check.nodes"], props
 
 
+# Tiers (tests/tiers.py): the file took ~20 min on the loaded 2-core host; the presubmit tier keeps
+# the NotReady-before-run test and the two cheapest faults (the image and the OOM kill, which need
+# no training step first), the full tier the three that wait for training to be under way.
+@pytest.mark.full
 @pytest.mark.parametrize("process", ["containerd", "kubelet"])
 def test_a_node_process_killed_mid_run_fails_naming_node_pod_and_cause(repaired: LocalCluster, workloads_image: str,
                                                                        tmp_path: Path, process: str):
@@ -159,6 +163,7 @@ def test_a_node_process_killed_mid_run_fails_naming_node_pod_and_cause(repaired:
     run.assert_logs_kept(victim.metadata.name)
 
 
+@pytest.mark.full
 def test_a_node_drained_mid_run_fails_naming_the_evicted_pod(repaired: LocalCluster, workloads_image: str,
                                                              tmp_path: Path):
     """kubectl drain's two steps: cordon, then evict through the Eviction API (which sets the pod's
