@@ -44,10 +44,18 @@ REQUEST_TIMEOUT = 60.0
 STREAM_CHUNK_BYTES = 64 * 1024
 
 
+def kubelet_unreachable(exc: BaseException) -> bool:
+    """The API server answered, but the kubelet it proxies a pod's log to did not (`Get
+    "https://<node>:10250/containerLogs/...": ...`): a stopped kubelet or a node gone, which
+    retrying the API server does not fix (issue 34: 90 s of retries held a NotReady node's verdict,
+    then replaced it with this error)."""
+    return isinstance(exc, ApiError) and exc.status >= 500 and "/containerLogs/" in exc.body
+
+
 def is_transient(exc: BaseException) -> bool:
     """Errors that retrying can fix: overload, server errors, dropped or refused connections."""
     if isinstance(exc, ApiError):
-        return exc.status in RETRIABLE_STATUS
+        return exc.status in RETRIABLE_STATUS and not kubelet_unreachable(exc)
     # kubernetes' ApiException(status=0) wraps TLS errors of a server that is (re)starting.
     if type(exc).__name__ == "ApiException" and getattr(exc, "status", None) == 0:
         return True
@@ -260,10 +268,11 @@ class Cluster:
             item.setdefault("kind", resource.kind)
         return listing
 
-    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> bool:
-        """Delete (dependents in the background); False when it was already gone."""
+    def delete(self, resource: Resource, name: str, namespace: str | None = None, grace_s: int = 5) -> bool:
+        """Delete (dependents in the background); False when it was already gone. `grace_s=0` on a
+        pod is `kubectl delete --force`: gone from the API without its kubelet's word."""
         deleted = self._checked(f"delete {resource.kind} {name}", "DELETE", resource.object_path(name, namespace),
-                                body={"propagationPolicy": "Background", "gracePeriodSeconds": 5},
+                                body={"propagationPolicy": "Background", "gracePeriodSeconds": grace_s},
                                 if_missing=False)
         return deleted is not False
 

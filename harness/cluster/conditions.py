@@ -523,12 +523,42 @@ class _NodesNotReady:
         return reason
 
 
-def node_not_ready(node_names: Iterable[str]) -> Condition:
-    """One of the nodes the job runs on went NotReady (or vanished)."""
+def _pods_on(state: ClusterState, namespace: str, node: str) -> list[Obj]:
+    """The job's pods (of its namespace) placed on a node, not yet ended."""
+    return [pod for pod in state.of_kind("Pod") if pod["metadata"].get("namespace") == namespace
+            and node_of(pod) == node and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+
+
+def node_not_ready(node_names: Iterable[str], namespace: str | None = None, label_selector: str = "") -> Condition:
+    """One of the nodes the job runs on went NotReady (or vanished). With the job's namespace the
+    failure names the pods it strands there and blames the first: a dead runtime or kubelet
+    leaves them `Running` in the API, so no pod failure would ever name them (issue 34)."""
     names = sorted(set(node_names))
     nodes = _NodesNotReady(names)
-    return Condition(f"nodes {', '.join(names)} to go NotReady", (Watched(NODE),),
-                     lambda state, _now: nodes.first(state))
+    watches: tuple[Watched, ...] = (Watched(NODE),)
+    if namespace is not None:
+        watches += (Watched(POD, namespace, label_selector),)
+
+    def stranded(state: ClusterState) -> tuple[str, list[str]] | None:
+        reason = nodes.first(state)
+        if reason is None:
+            return None
+        node = min(nodes.failing)  # the node whose reason first() gave
+        pods = [] if namespace is None else [p["metadata"]["name"] for p in _pods_on(state, namespace, node)]
+        return reason, pods
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        found = stranded(state)
+        if found is None:
+            return None
+        reason, pods = found
+        return f"{reason} (its pods: {', '.join(pods)})" if pods else reason
+
+    def blame(state: ClusterState, _now: float) -> str | None:
+        found = stranded(state)
+        return found[1][0] if found and found[1] else None
+
+    return Condition(f"nodes {', '.join(names)} to go NotReady", watches, check, blame)
 
 
 class _NodesWithGpus:

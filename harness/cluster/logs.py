@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from harness.cluster.client import STREAM_CHUNK_BYTES, Cluster, describe_api_error
+from harness.cluster.client import STREAM_CHUNK_BYTES, Cluster, describe_api_error, kubelet_unreachable
 from harness.cluster.pods import node_of
 from harness.cluster.resources import POD, Obj
 from harness.errors import ApiError, ClusterError
@@ -98,9 +98,10 @@ def _stream_to_file(cluster: Cluster, namespace: str, target: CapturedLog) -> Ca
             response = cluster.open_stream(path, query, read_timeout=120,
                                            operation=f"read log of pod {target.pod}")
         except Exception as exc:
-            # A container that never started has no log (400/404): say so in the file. Anything
-            # else (403: the tester lacks pods/log) is an error the user must see.
-            if not (isinstance(exc, ApiError) and exc.status in (400, 404)):
+            # A container that never started has no log (400/404), nor can a node whose kubelet
+            # is gone give one: say so in the file. Anything else (403: the tester lacks
+            # pods/log) is an error the user must see.
+            if not (isinstance(exc, ApiError) and (exc.status in (400, 404) or kubelet_unreachable(exc))):
                 raise ClusterError(f"read log of pod {target.pod} container {target.container}: "
                                    f"{describe_api_error(exc)}") from None
             target.error = describe_api_error(exc)

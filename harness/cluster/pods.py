@@ -160,10 +160,21 @@ def _unschedulable(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str
     return f"pod {pod['metadata']['name']} unschedulable for {held:.0f}s: {message}".rstrip(": ")
 
 
+def _disrupted(pod: Obj) -> str | None:
+    """Why the cluster took a pod away while it ran (a drain's eviction, preemption, a taint's
+    deletion): the DisruptionTarget condition the API sets on a pod it deletes for the cluster's
+    sake, never on one a user (or the harness's cleanup) deleted."""
+    condition = true_condition(pod, "DisruptionTarget")
+    if condition is None:
+        return None
+    return (f"pod {pod['metadata']['name']} on node {node_of(pod)} was taken away while it ran: "
+            f"{condition.get('reason', 'DisruptionTarget')}: {condition.get('message', '')}").rstrip(": ")
+
+
 def pod_failure_reason(pod: Obj, now: float, grace: float, held_for: HeldFor) -> str | None:
     """Why this pod has failed (or will never run), or None while it still may succeed."""
     if pod["metadata"].get("deletionTimestamp"):
-        return None  # deleted on purpose (elastic test, cleanup): not a failure of its own
+        return _disrupted(pod)  # else deleted on purpose (elastic test, cleanup): not a failure of its own
     for cs in container_statuses(pod):
         reason = _container_failure(pod, cs, now, grace, held_for)
         if reason is not None:

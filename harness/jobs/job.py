@@ -147,7 +147,7 @@ class Job:
         retries), one of its nodes NotReady."""
         return [*self.launcher.failed(self.workload, self.placement),
                 any_pod_failed(self.namespace, self.selector, self.t.cfg.pod_failure_grace, self.launcher.retried),
-                node_not_ready(self.placement.node_names)]
+                node_not_ready(self.placement.node_names, self.namespace, self.selector)]
 
     def wait_succeeded(self) -> None:
         """Wait for success within JOB_TIMEOUT; a failed pod fails at once with its last lines (or

@@ -6,9 +6,11 @@ import hashlib
 import re
 import time
 
+from harness.cluster.client import Cluster
 from harness.cluster.conditions import deleted
 from harness.cluster.labels import base_labels
-from harness.cluster.resources import NAMESPACE
+from harness.cluster.pods import node_of, true_condition
+from harness.cluster.resources import NAMESPACE, NODE, POD
 from harness.cluster.wait import wait_for
 from harness.errors import Interrupted, WaitTimeout
 from harness.framework.context import TestContext
@@ -53,9 +55,27 @@ def _delete_or_keep_namespace(t: TestContext, name: str) -> None:
         _delete_namespace(t, name)
 
 
+def stranded_pods(cluster: Cluster, namespace: str) -> list[tuple[str, str]]:
+    """(pod, node) for each pod of the namespace on a node that is not Ready: no kubelet (or no
+    container runtime) will ever confirm its end, so its namespace would stay Terminating."""
+    nodes = {node["metadata"]["name"]: node for node in cluster.list(NODE).get("items", [])}
+    stranded = []
+    for pod in cluster.list(POD, namespace).get("items", []):
+        node = node_of(pod)
+        if node in nodes and true_condition(nodes[node], "Ready") is None:
+            stranded.append((pod["metadata"]["name"], node))
+    return stranded
+
+
 def _delete_namespace(t: TestContext, name: str) -> None:
     started = time.monotonic()
     t.cluster.delete(NAMESPACE, name)
+    # A fault test's NotReady node held its pods Terminating for all of NAMESPACE_DELETE_SECONDS
+    # (issue 34: the verdict came 31 s after the fault, the exit 151 s): forced, as `kubectl
+    # delete --force` and the node lifecycle controller (much later) would.
+    for pod, node in stranded_pods(t.cluster, name):
+        t.logf("pod %s deleted without waiting for node %s, which is not Ready", pod, node)
+        t.cluster.delete(POD, pod, name, grace_s=0)
     try:
         wait_for(t.cluster, deleted(NAMESPACE, name), timeout=NAMESPACE_DELETE_SECONDS, cancel=t.cancel)
         t.logf("namespace %s deleted in %.1fs", name, time.monotonic() - started)

@@ -102,6 +102,16 @@ def test_deleted_pod_is_not_a_failure():
     assert check(pod(phase="Failed", terminated={"exitCode": 137}, deleting=True)) == (None, None)
 
 
+
+def test_an_evicted_pod_is_a_failure_naming_pod_node_and_cause():
+    """A drain's eviction sets DisruptionTarget before deleting the pod (issue 34): unlike a pod
+    deleted on purpose, it fails the job naming the eviction."""
+    evicted = pod(deleting=True, conditions=[{"type": "DisruptionTarget", "status": "True",
+                                              "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}])
+    reason, blame = check(evicted)
+    assert reason == "pod w-0 on node n1 was taken away while it ran: EvictionByEvictionAPI: Eviction API: evicting"
+    assert blame == "w-0"
+
 def test_job_conditions():
     job = {"metadata": {"name": "bert", "namespace": "ns"},
            "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
@@ -122,6 +132,20 @@ def test_node_not_ready_names_node():
     node["status"]["conditions"][0]["status"] = "True"
     assert cond.check(state_of(node, kind="Node"), 0) is None
 
+
+
+def test_node_not_ready_names_the_pods_it_strands_and_blames_the_first():
+    """Issue 34: containerd or the kubelet of a real node gone leaves its pods Running in the API;
+    the failure names them (and the pod the report quotes), not only the node."""
+    node = {"metadata": {"name": "n1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "message": "container runtime is down"}]}}
+    state = state_of(node, kind="Node")
+    state.replace_all("Pod", [pod("w-1"), pod("w-0", node="n2"), pod("w-2", phase="Succeeded"),
+                              {**pod("other"), "metadata": {"name": "other", "namespace": "elsewhere"}}])
+    cond = node_not_ready(["n1", "n2"], "ns", "x=y")
+    assert cond.check(state, 0) == "node n1 is NotReady: container runtime is down (its pods: w-1)"
+    assert cond.blame(state, 0) == "w-1"
+    assert node_not_ready(["n1"]).blame(state, 0) is None
 
 def test_pods_counted_follow_each_pods_changes():
     state = state_of(pod("w-0", phase="Succeeded"), pod("w-1"))
