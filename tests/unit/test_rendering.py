@@ -168,3 +168,13 @@ def test_mpirun_has_upstreams_nccl_tests_options():
     own = Workload("nccl", binary="x", launcher="mpi", extra_env={"NCCL_TUNER_PLUGIN": "/mine.so"})
     (mpijob,) = objects("mpi", own, placement(efa=32))
     assert env_of(container({"spec": mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]}))["NCCL_TUNER_PLUGIN"] == "/mine.so"
+
+
+def test_every_launcher_answers_the_whole_launcher_interface():
+    """The job's monitor calls these on whichever launcher runs (job.py): a launcher without one
+    fails every run of it with an AttributeError, whatever the cluster does."""
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Failed"}}
+    for name, launcher in LAUNCHERS.items():
+        assert isinstance(launcher.run_counts([pod]), dict), name
+        assert launcher.retried(pod) in (True, False), name
+        assert isinstance(launcher.made_by_controllers(Workload("w", binary="b"), placement()), list), name

@@ -155,13 +155,6 @@ class Launcher:
         """The names of the owner objects."""
         return [workload.job_name]
 
-
-class JobPerNode(Launcher):
-    """A launcher whose owners are a Job per node of the placement, named `<job>-<node>`."""
-
-    def owners(self, workload: Workload, placement: Placement) -> list[str]:
-        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
-
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         raise NotImplementedError
 
@@ -191,6 +184,13 @@ class JobPerNode(Launcher):
                         locations: Mapping[int, tuple[str, str]]) -> str | None:
         """The failure message from the pods and their logs; None: the blamed pod's last lines."""
         return None
+
+
+class JobPerNode(Launcher):
+    """A launcher whose owners are a Job per node of the placement, named `<job>-<node>`."""
+
+    def owners(self, workload: Workload, placement: Placement) -> list[str]:
+        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
 
 
 def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[str, str]]:
