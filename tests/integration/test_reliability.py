@@ -24,7 +24,7 @@ from harness.cluster.client import Cluster
 from harness.cluster.labels import MANAGED_BY_LABEL
 from harness.cluster.manifests import rbac_objects
 
-from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
+from .conftest import INJECT, LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
 from .kubetest2_runs import OPT_IN_TESTS, case_properties, junit_cases, suite_properties
 
 pytestmark = pytest.mark.integration
@@ -268,6 +268,41 @@ def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: Loca
     # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
     failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
     assert not failed, failed
+
+
+# One real run, as the ServiceAccount, of each launcher the suites above do not use: an MPIJob (BERT,
+# upstream's MPIJob workload) and the elastic TrainJob, which makes its own TrainingRuntime (the
+# create/patch/delete rights on trainingruntimes in manifests/rbac.yaml). The cluster-wide runtime the
+# TrainJob names is the platform's, as Trainer itself is (docs/REAL-CLUSTER.md): the ServiceAccount
+# may only read it, so the admin installs it here when the cluster lacks it, as on a real cluster.
+LAUNCHERS_AS_SERVICE_ACCOUNT = {"mpi": "TestBertTraining", "trainjob": "TestElasticRecovery"}
+CLUSTER_RUNTIME = Path(__file__).resolve().parents[2] / "manifests" / "addons" / "torch-distributed-runtime.yaml"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS_AS_SERVICE_ACCOUNT)
+def test_each_launcher_trains_for_real_as_the_service_account(cluster: LocalCluster, namespace: str, rbac,
+                                                              launcher: str, tmp_path: Path):
+    test = LAUNCHERS_AS_SERVICE_ACCOUNT[launcher]
+    ensure_default_nodes(cluster)
+    kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
+    artifacts = tmp_path / "artifacts"
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts), "LAUNCHER": launcher,
+           "ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", "INSTALL_MPI_OPERATOR": "false"}
+    env.pop("POD_ANNOTATIONS", None)  # a real training, not a canned log
+    installed = launcher == "trainjob" and not cluster.kubectl(
+        "get", "clustertrainingruntimes", "--ignore-not-found", "-o", "name", "torch-distributed").strip()
+    if installed:
+        cluster.kubectl("apply", "-f", str(CLUSTER_RUNTIME))
+    try:
+        done = subprocess.run([str(Path(sys.executable).parent / "e2e-nvidia-training"), "--test.v",
+                               f"--test.run=^{test}$"], env=env, capture_output=True, text=True, timeout=1200,
+                              check=False)
+    finally:
+        if installed:
+            cluster.kubectl("delete", "-f", str(CLUSTER_RUNTIME), "--ignore-not-found")
+    assert done.returncode == 0, done.stdout[-6000:]
+    cases = junit_cases(artifacts, "e2e-nvidia-training")
+    assert cases[test].is_passed, cases[test].result
 
 
 def test_a_right_removed_is_a_clear_error(cluster: LocalCluster, namespace: str, rbac, tmp_path: Path):
