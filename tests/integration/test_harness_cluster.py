@@ -247,6 +247,8 @@ def test_a_log_that_ends_without_the_line_fails_naming_the_pod(kube: Cluster, na
 def test_mpijob_applies_and_succeeds(kube: Cluster, namespace: str):
     fields = {"JobName": "mpi", "Namespace": namespace, "Labels": LABELS, "PodAnnotations": canned_by_default(None),
               "Image": "registry.invalid/x:1", "ImagePullPolicy": "IfNotPresent",
+              "SecurityContext": security_context("registry.invalid/x:1"),
+              "WorkerSecurityContext": security_context("registry.invalid/x:1", SSHD_CAPABILITIES),
               "WorkerReplicas": 2, "SlotsPerWorker": 1,
               "Resources": {"requests": {"cpu": "1"}}, "NodeSelector": {},
               "LauncherCommand": ["mpirun", "-np", "2", "python", "train.py"], "LauncherEnv": [], "BackoffLimit": 0,
