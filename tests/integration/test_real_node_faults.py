@@ -212,10 +212,14 @@ def test_a_worker_over_its_memory_limit_is_oomkilled_by_the_kernel(repaired: Loc
 def test_a_worker_image_the_node_cannot_get_fails_naming_the_image(repaired: LocalCluster, tmp_path: Path):
     missing = "kubetest2-training.local/not-loaded:1"
     run = Run(repaired, tmp_path, missing, {"WORKLOAD_SIZE": "tiny", "POD_FAILURE_GRACE": f"{IMAGE_GRACE_S}s"})
-    pulling = wait_for(lambda: next((p for p in run.pods() if p.status.container_statuses), None), 120,
-                       "a pod with a container status")
+    wait_for(lambda: next((p for p in run.pods() if p.status.container_statuses), None), 120,
+             "a pod with a container status")
+    # Every worker fails the same way on its own node: the verdict may blame any of them, so the test
+    # checks that the pod it names is one of the job's and ran on the node it names.
+    placed = {p.metadata.name: p.spec.node_name for p in run.pods()}
     seconds, message, _ = verdict_after(run, lambda: None, "image pull")
-    assert missing in message and pulling.spec.node_name in message, message
+    assert missing in message, message
     assert "ErrImagePull" in message or "ImagePullBackOff" in message, message
-    assert f"pod {pulling.metadata.name}" in message or re.search(r"pod \S+ on node", message), message
+    blamed = re.search(r"pod (\S+) on node (\S+):", message)
+    assert blamed and placed.get(blamed.group(1)) == blamed.group(2), (message, placed)
     assert seconds < IMAGE_GRACE_S + 30, f"{seconds:.0f}s from the first pull to the verdict"
