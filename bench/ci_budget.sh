@@ -26,6 +26,8 @@ done
 out=${out:-$(mktemp -d /var/tmp/kt2t-ci-budget.XXXXXX)}
 mkdir -p "$out"
 git clone -q "$repo" "$out/clone"
+# The commit measured is the clone's: the checkout may move on while the run takes an hour.
+commit=$(git -C "$out/clone" rev-parse --short HEAD)
 env_args=()
 if [[ $cold == 1 ]]; then
   mkdir -p "$out/cache/gomod" "$out/cache/gobuild" "$out/cache/kt2t" "$out/cache/containers"
@@ -45,7 +47,6 @@ grep -E '^== |passed|failed' "$out/log" | grep -Ev '^(PASSED|FAILED) ' | tail -n
 name=ci_budget_warm
 [[ $cold == 1 ]] && name=ci_budget_cold
 [[ $full == 1 ]] && name=${name}_full
-commit=$(git -C "$repo" rev-parse --short HEAD)
 echo "$name: $((seconds / 60)) min $((seconds % 60)) s  # exit $status, $commit, log $out/log"
 if [[ $record == 1 ]]; then
   results=$repo/bench/RESULTS.md
