@@ -488,7 +488,8 @@ class _NodesNotReady:
         self.judged_all = False
         self.verdicts: dict[str, tuple[str, str | None]] = {}  # name -> (resourceVersion, reason)
 
-    def first(self, state: ClusterState) -> str | None:
+    def first_failing(self, state: ClusterState) -> tuple[str, str] | None:
+        """(name, reason) of the first node (by name) that is NotReady or gone."""
         changed, fresh = self.cursor.changed(state)
         if not state.count("Node"):
             return None  # not listed yet
@@ -503,7 +504,10 @@ class _NodesNotReady:
                         self.failing.pop(name, None)
                     else:
                         self.failing[name] = reason
-        return self.failing[min(self.failing)] if self.failing else None
+        if not self.failing:
+            return None
+        name = min(self.failing)
+        return name, self.failing[name]
 
     def _verdict(self, name: str, state: ClusterState) -> str | None:
         node = state.get("Node", "", name)
@@ -540,10 +544,10 @@ def node_not_ready(node_names: Iterable[str], namespace: str | None = None, labe
         watches += (Watched(POD, namespace, label_selector),)
 
     def stranded(state: ClusterState) -> tuple[str, list[str]] | None:
-        reason = nodes.first(state)
-        if reason is None:
+        failing = nodes.first_failing(state)
+        if failing is None:
             return None
-        node = min(nodes.failing)  # the node whose reason first() gave
+        node, reason = failing
         pods = [] if namespace is None else [p["metadata"]["name"] for p in _pods_on(state, namespace, node)]
         return reason, pods
 

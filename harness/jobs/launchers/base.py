@@ -190,7 +190,11 @@ class JobPerNode(Launcher):
     """A launcher whose owners are a Job per node of the placement, named `<job>-<node>`."""
 
     def owners(self, workload: Workload, placement: Placement) -> list[str]:
-        return [f"{workload.job_name}-{node}"[:63].rstrip("-.") for node in placement.node_names]
+        return [job_name for job_name, _ in self.jobs(workload, placement)]
+
+    def jobs(self, workload: Workload, placement: Placement) -> list[tuple[str, str]]:
+        """(Job name, node) for each node of the placement."""
+        return [(f"{workload.job_name}-{node}"[:63].rstrip("-."), node) for node in placement.node_names]
 
 
 def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[str, str]]:

@@ -29,7 +29,7 @@ class PerNode(JobPerNode):
             "Requests": node_requests(placement),
             "ActiveDeadlineSeconds": workload.deadline_seconds or int(placement.job_timeout) + 60,
             "Command": workload.program(), "Env": container_env(workload, placement, None)})
-            for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
+            for job_name, node in self.jobs(workload, placement)]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return pods_succeeded(placement.namespace, job_selector(workload.job_name), placement.node_count)

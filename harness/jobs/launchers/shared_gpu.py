@@ -25,7 +25,7 @@ class SharedGpu(JobPerNode):
         return [Rendering("shared-gpu-job.yaml", {
             **common, "JobName": job_name, "NodeName": node, "Pods": pod_count(workload, placement),
             "Command": workload.program(), "Env": container_env(workload, placement, None)})
-            for job_name, node in zip(self.owners(workload, placement), placement.node_names, strict=True)]
+            for job_name, node in self.jobs(workload, placement)]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return pods_succeeded(placement.namespace, job_selector(workload.job_name),
