@@ -11,7 +11,7 @@ harness/verdict/thresholds.yaml.
 What the code does not say (whether a test is upstream's, what it launches, which checks and settings
 bear on it) is the CATALOGUE below; a test added to a suite and missing here, a check name the code
 never makes, or a setting that does not exist stops the generation, so the page cannot drift from the
-code silently. tests/unit/test_generated_docs.py runs --check.
+code silently. tests/unit/repo/test_generated_docs.py runs --check.
 """
 
 from __future__ import annotations

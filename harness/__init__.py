@@ -3,7 +3,7 @@ config (settings), metrics (what logs say), cluster (the client, waiting, log ca
 (checks), report (JUnit, result.json, report.html), framework (suite, test context), setup
 (discovery, add-ons, namespaces), jobs (launchers, the job, its assessment); then runner.py, the
 run, and cleanup.py; errors.py is shared by all. Each package says what it may import, and
-tests/unit/test_layout.py keeps it so. Imports no torch (the kubetest2 image stays small).
+tests/unit/repo/test_layout.py keeps it so. Imports no torch (the kubetest2 image stays small).
 
 May import: nothing of the harness.
 """

@@ -26,7 +26,7 @@ from harness.errors import RenderError
 PLACEHOLDER = re.compile(r"\{\{\s*\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 # Every field a template uses, with what it means; upstream's names where upstream has the same
-# field (WorkerReplicas, SlotsPerWorker, GPUPerNode). tests/unit/test_manifests.py checks that
+# field (WorkerReplicas, SlotsPerWorker, GPUPerNode). tests/unit/harness/cluster/test_manifests.py checks that
 # every field here is used by some template.
 TEMPLATE_FIELDS: dict[str, str] = {
     "JobName": "name of the job and its headless Service",

@@ -2,7 +2,7 @@
 
 The caller (harness.config.settings) turns a ValueError into a ConfigError naming the setting, the value
 and what was expected. Every parser declares its return type: Config's fields are checked against
-them (tests/unit/test_config.py).
+them (tests/unit/harness/config/test_config.py).
 """
 
 from __future__ import annotations

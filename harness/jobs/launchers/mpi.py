@@ -33,7 +33,7 @@ from harness.jobs.workload import Placement, Rendering, Workload
 # The image's environment, forwarded to every rank on purpose besides the launcher's env (-x is
 # the only way a variable reaches a rank: sshd gives the ranks neither the worker's env nor the
 # launcher's). Every ENV of workloads/Dockerfile is here or in MPIRUN_LAUNCHER_ONLY
-# (tests/unit/test_mpi_environment.py holds the two to the Dockerfile). A name the image does not
+# (tests/unit/harness/jobs/test_mpi_environment.py holds the two to the Dockerfile). A name the image does not
 # set (upstream's BERT image has no VIRTUAL_ENV) costs mpirun's one-line warning, nothing else.
 MPIRUN_IMAGE_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "LD_PRELOAD",
                           "HF_HUB_OFFLINE")

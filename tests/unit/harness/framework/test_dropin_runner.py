@@ -1,0 +1,332 @@
+"""The runner's Go-compatible behaviours, in-process on tests that need no cluster: test2json framing
+(compared with a real Go test binary's), -test.count, -test.shuffle, -test.timeout's panic,
+-test.paniconexit0, no-match, --dry-run, --fail-fast, --disable-graceful-teardown, klog's -v,
+and a signal relayed by kubetest2's exec tester counted once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import junitparser
+import pytest
+
+from harness.errors import Interrupted, TestFailure
+from harness.framework.context import TEST2JSON_MARKER, TestContext
+from harness.framework.suite import Feature, Suite
+from harness.runner import EXIT_FAIL, EXIT_PANIC, EXIT_PASS, EXIT_USAGE, Runner, main
+
+GO_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "go-test2json"
+
+
+pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch) -> Path:
+    artifacts = tmp_path / "artifacts"
+    monkeypatch.setenv("ARTIFACTS", str(artifacts))
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")  # nothing here contacts a cluster
+    for name in ("ALLOW_NO_TESTS", "KEEP_RESOURCES"):
+        monkeypatch.delenv(name, raising=False)
+    return artifacts
+
+
+def cases(artifacts: Path, binary: str = "unit-suite") -> list[junitparser.TestCase]:
+    xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
+    return [case for suite in xml for case in suite]
+
+
+# -- test2json: the same shape of tests as tests/fixtures/go-test2json/tiny_test.go --------------
+
+def tiny_suite() -> Suite:
+    suite = Suite("unit-suite", "Go's tiny test, in Python")
+
+    def multi(t: TestContext) -> None:
+        t.run("MPIJob succeeds", lambda sub: sub.logf("deep"))
+
+    suite.features("TestA", [Feature("single-node", lambda t: t.logf("sub log")),
+                             Feature("multi-node:all_reduce_perf", multi)], needs_cluster=False)
+
+    @suite.test("TestB", needs_cluster=False)
+    def test_b(t: TestContext) -> None:
+        def bad(_sub: TestContext) -> None:
+            raise TestFailure("it failed\nsecond line")
+
+        t.run("bad", bad)
+
+    @suite.test("TestC", needs_cluster=False)
+    def test_c(t: TestContext) -> None:
+        t.skip("not here")
+
+    return suite
+
+
+def framing(text: str) -> list[str]:
+    """The lines test2json reads as framing, with their times zeroed."""
+    return [re.sub(r"\(\d+\.\d+s\)", "(0.00s)", line) for line in text.splitlines()
+            if line.startswith(TEST2JSON_MARKER)]
+
+
+def test_test2json_framing_is_go_s(env, capsys):
+    assert main(tiny_suite(), ["-test.v=test2json"]) == EXIT_FAIL
+    ours = capsys.readouterr().out
+    assert framing(ours) == framing((GO_FIXTURES / "tiny.raw").read_text())
+
+
+def events(raw: str) -> list[tuple[str, str | None]]:
+    """`go tool test2json -t`'s events for raw test output: (Action, Test) but for output."""
+    done = subprocess.run(["go", "tool", "test2json", "-t"], input=raw, capture_output=True, text=True, check=True,
+                          timeout=120)
+    parsed = [json.loads(line) for line in done.stdout.splitlines()]
+    return [(e["Action"], e.get("Test")) for e in parsed if e["Action"] != "output"]
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed (hack/setup.sh installs it)")
+def test_go_tool_test2json_reads_ours_as_it_reads_go_s(env, capsys):
+    main(tiny_suite(), ["-test.v=test2json"])
+    ours = events(capsys.readouterr().out)
+    assert ours == events((GO_FIXTURES / "tiny.raw").read_text())
+    assert ("fail", "TestB/bad") in ours and ("skip", "TestC") in ours and ours[-1] == ("fail", None)
+
+
+# -- count, shuffle, parallel ---------------------------------------------------------------------
+
+def counting_suite(runs: list[str]) -> Suite:
+    suite = Suite("unit-suite", "counts")
+    for name in ("TestOne", "TestTwo", "TestThree"):
+        suite.test(name, needs_cluster=False)(lambda t: runs.append(f"{t.name} {t.artifacts_dir.name}"))
+    return suite
+
+
+def test_count_repeats_every_test_with_its_own_artifacts(env):
+    runs: list[str] = []
+    assert main(counting_suite(runs), ["-test.count=2", "-test.run=One|Two"]) == EXIT_PASS
+    # harness.config.artifacts.folder_of_test: a repetition's folder is TestX_01 (`#` is not safe in a path)
+    assert runs == ["TestOne TestOne", "TestTwo TestTwo", "TestOne TestOne_01", "TestTwo TestTwo_01"]
+    assert [c.name for c in cases(env)] == ["TestOne", "TestTwo", "TestOne", "TestTwo"]
+
+
+def test_shuffle_with_a_seed_is_printed_and_repeatable(env, capsys):
+    orders = []
+    for _ in range(2):
+        runs: list[str] = []
+        assert main(counting_suite(runs), ["-test.shuffle=12"]) == EXIT_PASS
+        orders.append(runs)
+        assert capsys.readouterr().out.splitlines()[0] == "-test.shuffle 12"
+    assert orders[0] == orders[1] and sorted(orders[0]) == sorted(f"{n} {n}" for n in ("TestOne", "TestTwo",
+                                                                                        "TestThree"))
+    seen = set()
+    for seed in range(20):  # some seed changes the declaration order
+        runs = []
+        main(counting_suite(runs), [f"-test.shuffle={seed}"])
+        seen.add(tuple(runs))
+    assert len(seen) > 1
+    main(counting_suite([]), ["-test.shuffle=on"])
+    assert capsys.readouterr().out.splitlines()[0].split()[1].isdigit()
+
+
+def test_parallel_is_accepted_and_changes_nothing(env, capsys):
+    runs: list[str] = []
+    assert main(counting_suite(runs), ["-test.parallel=4"]) == EXIT_PASS
+    assert len(runs) == 3 and "warning" not in capsys.readouterr().err
+
+
+# -- no match -------------------------------------------------------------------------------------
+
+def test_a_selection_that_matches_nothing_fails_naming_pattern_and_tests(env, capsys):
+    assert main(counting_suite([]), ["-test.run=^TestMissing$"]) == EXIT_FAIL
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["testing: warning: no tests to run", "FAIL"]
+    assert "no test or feature matches -test.run='^TestMissing$'" in err and "TestThree" in err
+    (case,) = cases(env)
+    assert case.name == "Selection" and isinstance(case.result[0], junitparser.Failure)
+
+
+@pytest.mark.parametrize("opt_out", [["--allowNoTests"], []])
+def test_an_empty_selection_passes_when_asked_as_go_does(env, capsys, monkeypatch, opt_out):
+    if not opt_out:
+        monkeypatch.setenv("ALLOW_NO_TESTS", "true")
+    assert main(counting_suite([]), ["-test.run=^TestMissing$", *opt_out]) == EXIT_PASS
+    assert capsys.readouterr().out.splitlines() == ["testing: warning: no tests to run", "PASS"]
+    assert cases(env) == []
+
+
+# -- timeout and exit(0) --------------------------------------------------------------------------
+
+def test_timeout_captures_cleans_up_writes_junit_then_panics_like_go(env, capsys):
+    suite = Suite("unit-suite", "waits")
+    cleaned = []
+
+    @suite.test("TestWaits", needs_cluster=False)
+    def waits(t: TestContext) -> None:
+        t.cleanup(lambda: cleaned.append(t.name), "note")
+        if t.cancel.wait(30):
+            raise Interrupted(f"{t.cancel.reason} while waiting")
+
+    suite.test("TestNext", needs_cluster=False)(lambda t: None)
+    started = time.monotonic()
+    assert main(suite, ["-test.timeout=500ms", "-test.v"]) == EXIT_PANIC
+    assert time.monotonic() - started < 10
+    out, err = capsys.readouterr()
+    assert cleaned == ["TestWaits"]
+    # Go's header and the running tests with their times in whole seconds, printed last.
+    assert re.search(r"panic: test timed out after 500ms\n\trunning tests:\n\t\tTestWaits \(\d+s\)\n*$", err), err
+    assert "--- FAIL: TestWaits" in out and "PASS" not in out.splitlines()[-1]
+    waited, nxt = cases(env)
+    assert "TIMEOUT: -test.timeout 500ms expired" in waited.result[0].message
+    assert isinstance(nxt.result[0], junitparser.Skipped)
+
+
+def exits(t: TestContext) -> None:
+    t.logf("exiting")
+    sys.exit(0)
+
+
+def test_exit_0_under_paniconexit0_fails_and_panics(env, capsys):
+    suite = Suite("unit-suite", "exits")
+    suite.test("TestExit0", needs_cluster=False)(exits)
+    assert main(suite, ["-test.paniconexit0", "-test.v"]) == EXIT_PANIC
+    out, err = capsys.readouterr()
+    assert "--- FAIL: TestExit0" in out and "panic: unexpected call to os.Exit(0) during test" in err
+    assert cases(env)[0].result[0].message == "panic: unexpected call to os.Exit(0) during test"
+
+
+def test_exit_0_without_paniconexit0_ends_the_run_as_in_go(env):
+    suite = Suite("unit-suite", "exits")
+    after: list[str] = []
+    suite.test("TestExit0", needs_cluster=False)(exits)
+    suite.test("TestAfter", needs_cluster=False)(lambda t: after.append(t.name))
+    with pytest.raises(SystemExit) as ended:
+        main(suite, [])
+    assert ended.value.code == 0 and after == []
+    assert [c.name for c in cases(env)] == ["TestExit0"]  # JUnit still written
+
+
+# -- e2e-framework: dry run, fail-fast, graceful teardown ----------------------------------------
+
+def test_dry_run_lists_and_contacts_no_cluster(env, capsys):
+    suite = Suite("unit-suite", "needs a cluster")
+    suite.features("TestMPI", [Feature("single-node", lambda t: pytest.fail("ran"), {"suite": ("nvidia",)},
+                                       ("MPIJob succeeds",)),
+                               Feature("multi-node:x", lambda t: pytest.fail("ran"))])
+    assert main(suite, ["--dry-run", "-test.run=/single"]) == EXIT_PASS
+    out = capsys.readouterr().out
+    assert "TestMPI/single-node  (feature single-node [suite=nvidia]; assessments: MPIJob succeeds)" in out
+    assert "multi-node" not in out
+    (case,) = cases(env)
+    assert case.name == "TestMPI/single-node" and isinstance(case.result[0], junitparser.Skipped)
+
+
+def keeps_recorder(kept: dict[str, bool], fail: bool):
+    def feature(t: TestContext) -> None:
+        t.cleanup(lambda: kept.__setitem__(t.name, t.keeps_resources()), "record")
+        if fail:
+            raise TestFailure("broken")
+
+    return feature
+
+
+def test_fail_fast_stops_the_tests_features_and_keeps_the_failed_ones_resources(env):
+    kept: dict[str, bool] = {}
+    suite = Suite("unit-suite", "features")
+    suite.features("TestX", [Feature("ok", keeps_recorder(kept, False)), Feature("bad", keeps_recorder(kept, True)),
+                             Feature("later", keeps_recorder(kept, False))], needs_cluster=False)
+    suite.test("TestY", needs_cluster=False)(keeps_recorder(kept, False))
+    assert main(suite, ["--fail-fast"]) == EXIT_FAIL
+    assert kept == {"TestX/ok": False, "TestX/bad": True, "TestY": False}  # TestX/later never ran
+    kept.clear()
+    assert main(suite, []) == EXIT_FAIL
+    assert kept == {"TestX/ok": False, "TestX/bad": False, "TestX/later": False, "TestY": False}
+
+
+def test_disable_graceful_teardown_keeps_every_tests_resources(env):
+    kept: dict[str, bool] = {}
+    suite = Suite("unit-suite", "keeps")
+    suite.test("TestX", needs_cluster=False)(keeps_recorder(kept, False))
+    assert main(suite, ["--disable-graceful-teardown"]) == EXIT_PASS
+    assert kept == {"TestX": True}
+
+
+def test_fail_fast_and_parallel_are_exclusive_as_in_e2e_framework(env, capsys):
+    assert main(counting_suite([]), ["--fail-fast", "--parallel"]) == EXIT_USAGE
+    assert "--fail-fast and --parallel are mutually exclusive" in capsys.readouterr().err
+
+
+# -- warnings, klog -v, metric dimensions ---------------------------------------------------------
+
+def test_flags_without_effect_warn_and_metric_dimensions_are_recorded(env, capsys):
+    assert main(counting_suite([]), ["-test.cpuprofile=cpu.out", "--parallel", "--metricDimensions=cluster=a,az=b",
+                                     "-vmodule=x=2"]) == EXIT_PASS
+    err = capsys.readouterr().err
+    assert "warning: -test.cpuprofile has no effect here (it would write a Go CPU profile)" in err
+    assert "warning: --parallel has no effect here" in err and "warning: -vmodule has no effect" in err
+    assert "CloudWatch" in err
+    suite = junitparser.JUnitXml.fromfile(str(env / "junit_unit-suite.xml"))
+    props = {p.name: p.value for s in suite for p in s.properties()}
+    assert props["config.metric_dimensions"] == "cluster=a,az=b"
+
+
+@pytest.mark.parametrize(("level", "expected"), [("0", logging.WARNING), ("2", logging.INFO), ("5", logging.DEBUG)])
+def test_klog_v_sets_the_log_level(env, level, expected):
+    root = logging.getLogger()
+    saved = root.level
+    try:
+        main(counting_suite([]), ["-v", level])
+        assert root.level == expected
+    finally:
+        root.setLevel(saved)
+
+
+# -- a signal the exec tester relays is one interrupt ---------------------------------------------
+
+def test_the_same_signal_twice_at_once_is_one_interrupt_later_a_second(env):
+    from harness.config.settings import resolve
+
+    runner = Runner(counting_suite([]), resolve({}, {}))
+    runner._on_signal(signal.SIGTERM, None)
+    runner._on_signal(signal.SIGTERM, None)  # relayed by kubetest2-tester-exec: not a second interrupt
+    assert runner.cancel.is_set() and len(runner._signals) == 1
+    runner._signals[0] -= 10
+    with pytest.raises(KeyboardInterrupt):
+        runner._on_signal(signal.SIGINT, None)
+
+
+# -- e2e-framework's --context --------------------------------------------------------------------
+
+TWO_CONTEXTS = """
+apiVersion: v1
+kind: Config
+clusters:
+- {name: a, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}
+- {name: b, cluster: {server: "https://127.0.0.2:9", insecure-skip-tls-verify: true}}
+users: [{name: u, user: {token: abc}}]
+contexts: [{name: a, context: {cluster: a, user: u}}, {name: b, context: {cluster: b, user: u}}]
+current-context: a
+"""
+
+
+def test_context_picks_the_kubeconfig_context(tmp_path):
+    from harness.cluster.client import Cluster
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(TWO_CONTEXTS)
+    assert Cluster.connect(str(kubeconfig)).api.configuration.host == "https://127.0.0.1:9"
+    assert Cluster.connect(str(kubeconfig), context="b").api.configuration.host == "https://127.0.0.2:9"
+
+
+def test_an_unknown_context_is_a_configuration_error(env, tmp_path, monkeypatch, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(TWO_CONTEXTS)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    suite = Suite("unit-suite", "needs a cluster")
+    suite.test("TestX")(lambda t: None)
+    assert main(suite, ["--context=c"]) == EXIT_USAGE
+    assert f"load kubeconfig {kubeconfig} context c" in capsys.readouterr().err

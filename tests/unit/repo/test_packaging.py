@@ -1,0 +1,121 @@
+"""Installing the distribution, performed for real: Dockerfile.kubetest2's Python stage (Docker cannot
+run here), and the wheel `python -m build` makes. Each is installed without the workloads extra into a
+fresh virtual environment, and each binary's --help runs from it. The metadata a package index shows
+(version, license, URLs, classifiers) is checked on the built wheel.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+
+REPO = Path(__file__).resolve().parents[3]
+BINARIES = ("e2e-nvidia-training", "e2e-nvidia", "kubetest2-tester-training", "nvidia.test", "nvidia-training.test")
+
+
+def dockerfile_copies() -> list[str]:
+    text = (REPO / "Dockerfile.kubetest2").read_text()
+    return [src.rstrip("/") for line in re.findall(r"^COPY (?!--from)(.+)$", text, re.MULTILINE)
+            for src in line.split()[:-1]]
+
+
+def test_dockerfile_copies_every_package_and_the_kubetest2_module():
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = dockerfile_copies()
+    for package in packages:
+        top = package.split(".")[0]  # a subpackage (harness.*) comes with its top-level folder
+        assert top in copied, f"Dockerfile.kubetest2 does not COPY {top}/ (package {package})"
+    assert "hack/go/kubetest2" in copied
+    assert {"pyproject.toml", "README.md"} <= set(copied)
+
+
+@pytest.mark.timeout(600)
+def test_python_stage_installs_without_torch_and_binaries_answer_help(tmp_path):
+    # Lay out only what the Dockerfile copies, so a file it forgets makes this fail.
+    src = tmp_path / "src"
+    for path in dockerfile_copies():
+        if path.startswith("hack/"):
+            continue
+        origin = REPO / path
+        if origin.is_dir():
+            shutil.copytree(origin, src / path, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            src.mkdir(exist_ok=True)
+            shutil.copy(origin, src / path)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(src)], check=True, timeout=540)
+    for binary in BINARIES:
+        done = subprocess.run([str(env_dir / "bin" / binary), "--help"], capture_output=True, text=True,
+                              check=False, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Usage:")
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True,
+                            text=True, check=True).stdout.lower()
+    assert "torch==" not in listed and "transformers==" not in listed
+    # The manifests and threshold table ship as package data.
+    check = ("from harness.cluster.manifests import template_text; from harness.verdict.thresholds import node_type; "
+             "template_text('torchrun-job.yaml'); template_text('addons/mpi-operator.yaml'); "
+             "print(node_type('p5.48xlarge').busbw_floors[('single-node', 'all_reduce')][0].gbps)")
+    done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, check=True,
+                          cwd=tmp_path)
+    assert done.stdout.strip() == "460.0"
+
+
+def package_sources(dest: Path) -> Path:
+    """What pyproject.toml packages, copied to dest: the build writes build/ and *.egg-info beside its
+    sources, which must not land in the checkout."""
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for top in sorted({package.split(".")[0] for package in include}):
+        shutil.copytree(REPO / top, dest / top, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, dest / name)
+    return dest
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_installs_in_a_fresh_venv_and_its_binaries_answer_help(tmp_path):
+    # Built in this venv (--no-isolation: the dev extra has build and setuptools, nothing is
+    # downloaded for the build); the fresh venv gets the runtime dependencies from pip's cache or
+    # whatever index pip is configured with: no index address is written here.
+    src = package_sources(tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"),
+                    str(src)], check=True, capture_output=True, text=True, timeout=240)
+    (wheel,) = (tmp_path / "dist").glob("kubetest2_training-*-py3-none-any.whl")
+    metadata = zipfile.ZipFile(wheel).read(next(
+        n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert f"Version: {project['version']}" in metadata
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Project-URL: kubetest2, https://github.com/kubernetes-sigs/kubetest2" in metadata
+    assert "Classifier: Topic :: Software Development :: Testing" in metadata
+    assert "Requires-Python: >=3.10" in metadata
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True,
+                   timeout=240)
+    for binary in BINARIES:
+        done = subprocess.run([str(env_dir / "bin" / binary), "--help"], capture_output=True, text=True,
+                              check=False, timeout=60, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Usage:"), done.stdout[:200]
+    # The templates and the threshold table are in the wheel, not read from a checkout.
+    done = subprocess.run([str(env_dir / "bin" / "python"), "-c",
+                           "from harness.cluster.manifests import rbac_objects; "
+                           "print(rbac_objects('ns', {})[0]['metadata']['namespace'])"],
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert done.stdout.strip() == "ns"
+
+
+def test_sys_executable_is_the_project_venv():
+    # The other tests run binaries next to sys.executable; make the assumption explicit.
+    assert (Path(sys.executable).parent / "e2e-nvidia-training").exists()
