@@ -158,6 +158,27 @@ def test_upstream_bert_ci_line_with_upstreams_image_settings(nodes: LocalCluster
     assert_installed_and_removed(done, nodes, "e2e-nvidia-training", artifacts, DEVICE_PLUGIN)
 
 
+def test_skip_assessment_sets_up_and_judges_nothing_as_e2e_framework_does(nodes: LocalCluster, tmp_path: Path):
+    """upstream's BERT CI line with --skip-assessment: e2e-framework runs the feature's Setup (the MPIJob
+    is created) and Teardown, and its one Assess is a skipped subtest; nothing is judged. Before, the
+    selection was empty and the run failed."""
+    nodes.set_nodes("p3", 4)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(nodes, artifacts, "exec", "nvidia-training.test", "--test.v", f"--bertTrainingImage={IMAGE}",
+                     "--nodeType=p3.16xlarge", "--skip-assessment=^BERT training Job succeeds$",
+                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}=bert-mpirun-32ranks"})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    cases = junit_cases(artifacts, "e2e-nvidia-training")
+    assert set(cases) == {"TestBertTraining", "TestBertTraining/BERT_training_Job_succeeds"}, sorted(cases)
+    skipped = cases["TestBertTraining/BERT_training_Job_succeeds"]
+    assert skipped.result and isinstance(skipped.result[0], junitparser.Skipped)
+    assert 'Skipping assessment: "BERT training Job succeeds": name matched' in done.stdout
+    assert "--- SKIP: TestBertTraining/BERT_training_Job_succeeds" in done.stdout
+    props = case_properties(cases["TestBertTraining"])
+    assert cases["TestBertTraining"].is_passed and not [key for key in props if key.startswith(("metrics.", "check."))]
+    assert (artifacts / "e2e-nvidia-training" / "TestBertTraining" / "manifests" / "mpijob.yaml").exists()
+
+
 def test_a_selection_that_matches_nothing_fails_through_kubetest2(cluster: LocalCluster, tmp_path: Path):
     artifacts = tmp_path / "artifacts"
     done = kubetest2(cluster, artifacts, "exec", "nvidia.test", "--test.run=^TestMPIJobPytorchTraining$/one-node")
