@@ -75,7 +75,7 @@ def bert_workload(cfg: Config) -> Workload:
 
 
 @SUITE.test("TestBertTraining", upstream=True, feature="bert-training", labels=GPU,
-            assessments=("BERT training Job succeeds",))
+            assessments=("BERT training Job succeeds",), marks_assessments=True)
 def test_bert_training(t: TestContext) -> None:
     """BERT pretraining (MLM + NSP) across every node and GPU; throughput checked per rank and against
     the node type's minimum."""
@@ -85,27 +85,30 @@ def test_bert_training(t: TestContext) -> None:
     else:
         image(t, "bert_training_image")
     job = launch(t, bert_workload(t.cfg), Heading.LOGS_FROM_POD)
+    t.assessment("BERT training Job succeeds", lambda: succeeded_and_assessed(t, job, "bert"))
+
+
+def succeeded_and_assessed(t: TestContext, job: Job, workload: str) -> None:
+    """The one assessment of a training test: the Job succeeds, then its metrics are judged."""
     job.wait_succeeded()
-    assess(t, job, "bert")
+    assess(t, job, workload)
 
 
-@SUITE.test("TestNanoGPTTraining", labels=GPU, assessments=("training succeeds",))
+@SUITE.test("TestNanoGPTTraining", labels=GPU, assessments=("training succeeds",), marks_assessments=True)
 def test_nanogpt_training(t: TestContext) -> None:
     """A GPT (nanoGPT-style) with DDP and gradient accumulation; MFU reported where the GPU is known."""
     # torch.compile pays off on GPUs (fused kernels, MFU); on CPU it only adds compile time.
     compile_flag = ("--compile",) if t.cfg.accelerator == "nvidia" else ()
     job = launch(t, Workload("nanogpt-training", "workloads.nanogpt",
                              ("--size", workload_size(t.cfg, "nanogpt"), *compile_flag)))
-    job.wait_succeeded()
-    assess(t, job, "nanogpt")
+    t.assessment("training succeeds", lambda: succeeded_and_assessed(t, job, "nanogpt"))
 
 
-@SUITE.test("TestMNISTTraining", labels=GPU, assessments=("training succeeds",))
+@SUITE.test("TestMNISTTraining", labels=GPU, assessments=("training succeeds",), marks_assessments=True)
 def test_mnist_training(t: TestContext) -> None:
     """The SMDDP MNIST CNN with Lightning's DDPStrategy (nccl on GPU, gloo on CPU)."""
     job = launch(t, Workload("mnist-training", "workloads.mnist", ("--size", workload_size(t.cfg, "mnist"))))
-    job.wait_succeeded()
-    assess(t, job, "mnist")
+    t.assessment("training succeeds", lambda: succeeded_and_assessed(t, job, "mnist"))
 
 
 CHECKPOINT_EVERY = 5
@@ -130,7 +133,7 @@ def index_of(pod: Obj) -> str | None:
     return (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX)
 
 
-@SUITE.test("TestElasticRecovery", labels=GPU, assessments=("training resumes",))
+@SUITE.test("TestElasticRecovery", labels=GPU, assessments=("training resumes",), marks_assessments=True)
 def test_elastic_recovery(t: TestContext) -> None:
     """A worker pod is deleted mid-training; the job resumes from its checkpoint: torchrun's c10d
     rendezvous restarts the ranks in place (LAUNCHER=torchrun), JobSet's failure policy recreates
@@ -150,6 +153,11 @@ def test_elastic_recovery(t: TestContext) -> None:
          "--checkpoint-every", str(CHECKPOINT_EVERY), "--max-iters", str(8 * CHECKPOINT_EVERY)),
         elastic=True, max_restarts=3, launcher=t.cfg.launcher)
     job = launch(t, workload)
+    t.assessment("training resumes", lambda: delete_a_worker_and_resume(t, job))
+
+
+def delete_a_worker_and_resume(t: TestContext, job: Job) -> None:
+    """The assessment: a worker deleted once rank 0 wrote a checkpoint, the job resumes from it."""
     job.wait(pods_ready(job.namespace, job.selector, job.node_count))
     # Mid-training: after rank 0 wrote a checkpoint, delete the last worker pod.
     worker0 = next(p for p in job.pods() if index_of(p) == "0")

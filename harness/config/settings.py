@@ -369,9 +369,12 @@ class Config:
     skip_labels: Mapping[str, tuple[str, ...]] = setting("skip features carrying any of these labels",
                                                          parse_label_filter, "comma-separated key=value pairs",
                                                          flags=("skip-labels",), default={}, group=E2E_FRAMEWORK)
-    assess: str | None = setting("run only features with an assessment whose name matches this regexp",
+    assess: str | None = setting("run only the assessments whose names match this regexp (unanchored); the others "
+                                 "are skipped subtests, their features still set up and tear down (a feature judged "
+                                 "in one step runs when one of its assessments matches)",
                                  parse_regex, "a regular expression", flags=("assess",), group=E2E_FRAMEWORK)
-    skip_assessment: str | None = setting("skip features all of whose assessments match this regexp",
+    skip_assessment: str | None = setting("skip the assessments whose names match this regexp (unanchored), as "
+                                          "--assess skips the others",
                                           parse_regex, "a regular expression", flags=("skip-assessment",),
                                           group=E2E_FRAMEWORK)
     dry_run: bool = setting("list the tests and features that would run, create nothing, write JUnit with them "

@@ -15,6 +15,10 @@ from typing import Any
 from harness.config.settings import SETTINGS_BY_NAME, Origin, Resolved, Source
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# kwok's mark of a node it plays (kwok manages the nodes annotated so; the local cluster's are): the
+# node's capacity and allocatable are what made the node wrote (the local cluster's node shapes, its
+# GPU-sharing emulation), with no kubelet or device plugin counting devices behind them.
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # Taints GPU and EFA nodes carry (EKS GPU node groups and Karpenter GPU NodePools taint
@@ -91,6 +95,8 @@ class NodeInfo:
     condition_ready: bool | None = None  # None: as `ready` says
     cordoned: bool = False
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect) of spec.taints
+    # Its capacity is emulated (KWOK_NODE_ANNOTATION): what is judged on it was written, not counted.
+    emulated: bool = False
 
     def problems(self, tolerations: Sequence[Mapping[str, str]]) -> list[str]:
         """Why the run's pods cannot use this node fully: NotReady, cordoned, a taint they do not
@@ -153,6 +159,7 @@ class NodeInfo:
             cordoned=not schedulable,
             taints=tuple((str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
                          for t in node.get("spec", {}).get("taints") or []),
+            emulated=KWOK_NODE_ANNOTATION in (node["metadata"].get("annotations") or {}),
         )
 
 
@@ -183,6 +190,9 @@ class Topology:
     # Every node of the type, whatever its state, with why the run's pods cannot use it fully
     # (NodeInfo.problems; empty: healthy): the `nodes` check and config.nodes_of_type read it.
     nodes_of_type: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)
+    # The nodes of the type whose capacity is emulated (NodeInfo.emulated): the checks judged on
+    # what nodes advertise say so (harness.verdict.capacity.mark_emulated).
+    emulated: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def user_set_count(self) -> bool:
@@ -210,4 +220,8 @@ class Topology:
         if self.nodes_of_type:
             shown["nodes_of_type"] = Resolved(self.states_text(), Origin(
                 Source.DISCOVERED, f"every {INSTANCE_TYPE_LABEL}={self.node_type} node, whatever its state"))
+        if self.emulated:
+            shown["nodes_emulated"] = Resolved(", ".join(self.emulated), Origin(
+                Source.DISCOVERED, f"{KWOK_NODE_ANNOTATION} annotation: kwok plays them, their capacity is written, "
+                                   "not counted by a device plugin"))
         return shown

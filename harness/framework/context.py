@@ -134,6 +134,8 @@ class TestContext:
         self._output_parts: list[str] = []
         self._artifacts_dir: Path | None = None
         self.namespace_name: str | None = None
+        # The feature this context runs (its subtests' too): what `assessment` selects against.
+        self.feature: Feature | None = None
 
     # -- what tests use --------------------------------------------------------------------------
 
@@ -225,16 +227,36 @@ class TestContext:
         """A test's selected features: in place for a one-feature test, else each a subtest; with
         --fail-fast, no more features of this test after one failed (as e2e-framework)."""
         if in_place:
+            self.feature = features[0]
             features[0].func(self)
             return
         for feature in features:
-            if not self._run_child(f"{self.name}/{feature.name}", feature.func) and self.cfg.fail_fast:
+            if not self._run_child(f"{self.name}/{feature.name}", feature.func, feature) and self.cfg.fail_fast:
                 self.logf("--fail-fast: %s failed; the test's other features are not run", feature.name)
                 return
 
-    def _run_child(self, full: str, func: TestFunc) -> bool:
+    def assessment(self, name: str, func: Callable[[], None]) -> None:
+        """One of the feature's assessments (upstream's `.Assess(name, ...)`), `name` as the feature
+        declares it (`{setting}` included): run here when --assess / --skip-assessment select it;
+        else never run nor judged, and reported as e2e-framework reports it, a skipped subtest
+        `<test>/<name>` whose log says why. What the body did before it (the setup: the Job
+        launched) and its cleanups run either way, as upstream's Setup and Teardown do."""
+        feature = self.feature
+        if feature is None or not feature.marks_assessments or name not in feature.assessments:
+            declared = f"{feature.name}: {', '.join(feature.assessments) or 'none'}" if feature else "no feature"
+            raise HarnessError(f"{self.name}: assessment {name!r} is not one its feature declares with "
+                               f"marks_assessments=True ({declared})")
+        shown = feature.assessment_names(self.cfg)[feature.assessments.index(name)]
+        reason = self.session.selector.assessment_skip(shown)
+        if reason is None:
+            func()
+            return
+        self._run_child(f"{self.name}/{go_subtest_name(shown)}", lambda sub: sub.skip(reason))
+
+    def _run_child(self, full: str, func: TestFunc, feature: Feature | None = None) -> bool:
         suffix = self.instance[len(self.name):]
         child = TestContext(self.session, full, self.depth + 1, full + suffix)
+        child.feature = feature or self.feature
         child.execute(func)
         self.result_json.child_executions.add(child.result_json.execution())
         if child.failed:

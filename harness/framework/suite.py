@@ -36,6 +36,11 @@ class Feature:
     # As upstream writes them; `{setting}` stands for a setting's value where upstream's name carries
     # it (TestDcgmDiagnostics' "DCGM level-{dcgm_diag_level} diagnostic passes").
     assessments: tuple[str, ...] = ()
+    # Whether `func` runs each assessment through `t.assessment(name, ...)`, as upstream's features are
+    # steps (setup, each Assess a subtest, teardown): --assess / --skip-assessment then skip
+    # assessments, never the feature. False: the body is one step that sets up and judges at once,
+    # so it runs only when one of its assessments is selected (judging them all).
+    marks_assessments: bool = False
 
     def assessment_names(self, cfg: Any = None) -> tuple[str, ...]:
         """The assessments' names with `cfg`'s values in them, or `<setting>` where there is none."""
@@ -88,13 +93,14 @@ class Suite:
     invoked_as: str = ""
 
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
-             assessments: tuple[str, ...] = (), needs_cluster: bool = True,
+             assessments: tuple[str, ...] = (), marks_assessments: bool = False, needs_cluster: bool = True,
              upstream: bool = False) -> Callable[[TestFunc], TestFunc]:
         """Register a one-feature test function under its Go-style name (a decorator); `upstream`
         marks one of upstream aws-k8s-tester's tests."""
 
         def register(func: TestFunc) -> TestFunc:
-            self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
+            self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments,
+                                         marks_assessments)],
                           needs_cluster=needs_cluster, upstream=upstream)
             return func
 
@@ -202,7 +208,12 @@ class Selector:
     the name is at least that deep (`-test.skip=X/Y` skips Y under X, and X still runs).
     e2e-framework's rules apply to features: --feature / --skip-features on the feature's name,
     --labels (every key given must have one of its values among the feature's) / --skip-labels
-    (any), --assess / --skip-assessment on the feature's assessments.
+    (any). --assess / --skip-assessment act on assessments, as e2e-framework's execFeature does: each
+    assessment is a subtest, skipped ("name not matched", "name matched") when --assess does not
+    match its name or --skip-assessment does (unanchored, Go's MatchString); the feature still
+    runs its setup and teardown, even with no assessment left (see assessment_skip). A feature
+    whose body is one step (not Feature.marks_assessments) runs when one of its assessments is
+    selected.
     """
 
     run: tuple[re.Pattern[str], ...] = ()
@@ -251,14 +262,17 @@ class Selector:
             return False
         if any(_has_any(feature.labels, key, values) for key, values in self.skip_labels.items()):
             return False
-        return self._selects_an_assessment(feature)
+        return feature.marks_assessments or not (self.assess or self.skip_assessment) or any(
+            self.assessment_skip(name) is None for name in feature.assessment_names(self.cfg))
 
-    def _selects_an_assessment(self, feature: Feature) -> bool:
-        if not (self.assess or self.skip_assessment):
-            return True
-        return any((not self.assess or self.assess.search(name))
-                   and not (self.skip_assessment and self.skip_assessment.search(name))
-                   for name in feature.assessment_names(self.cfg))
+    def assessment_skip(self, name: str) -> str | None:
+        """Why --assess / --skip-assessment skip the assessment `name` (e2e-framework's
+        requireProcessing messages, which its skipped subtest logs), or None when it runs."""
+        if self.assess and not self.assess.search(name):
+            return f'Skipping assessment "{name}": name not matched'
+        if self.skip_assessment and self.skip_assessment.search(name):
+            return f'Skipping assessment: "{name}": name matched'
+        return None
 
     def select(self, suite: Suite) -> list[Selected]:
         """The tests with at least one selected feature, each with its selected features."""

@@ -15,6 +15,7 @@ from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.report.results import MetricsMeta
 from harness.verdict import baseline
 from harness.verdict.bandwidth import BaselineKey
+from harness.verdict.capacity import mark_emulated
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
 from harness.verdict.nodes import check_multi_node, check_nodes
@@ -49,7 +50,9 @@ def record_metrics(t: TestContext, metrics: WorkloadMetrics) -> None:
 def record_verdict(t: TestContext, verdict: Verdict, metrics: WorkloadMetrics | None = None,
                    meta: MetricsMeta | None = None) -> None:
     """Every check into the JUnit properties, the test's log and result.json; then the first failing
-    check (if any) fails the test."""
+    check (if any) fails the test. Checks judged on emulated node capacity are marked so first."""
+    if t.session.topology is not None:
+        mark_emulated(verdict, t.session.topology)
     t.result_json.verdict.extend(verdict)
     if metrics is not None:
         t.result_json.metrics, t.result_json.meta = metrics, meta or t.result_json.meta

@@ -34,6 +34,7 @@ from harness.report.charts import (
     timeline,
 )
 from harness.report.inputs import Check, ConfigValue, Event, Metrics, PairNode, Pod, Rank, TestResult
+from harness.verdict.checks import EMULATED
 
 LOSS_LINES_LIMIT = 16  # ranks drawn one line each up to this many; beyond, a band and the outliers
 LOSS_POINTS_LIMIT = 240  # points per loss line (the data stays in result.json)
@@ -143,11 +144,24 @@ def execution_badge(execution: str) -> str:
     return ""
 
 
+EMULATED_TITLE = "judged on the local cluster's emulated node capacity (kwok nodes), not on counted devices"
+
+
+def emulated_badge(checks: Sequence[Check]) -> str:
+    """A badge naming the checks judged on emulated node capacity; "" when none was."""
+    names = [check.name for check in checks if check.execution == EMULATED]
+    if not names:
+        return ""
+    return (f' <span class="badge emulated" title="{esc(EMULATED_TITLE)}: {esc(", ".join(names))}">'
+            f"{EMULATED}</span>")
+
+
 def summary_table(tests: Sequence[TestResult], anchors: dict[int, str]) -> str:
     """One row per test at the very top: verdict, name, time, ranks, headline figure, the reason."""
     rows = []
     for index, test in enumerate(tests):
-        name = f'<a href="#{anchors[index]}">{esc(test.test)}</a>{execution_badge(test.execution)}'
+        name = (f'<a href="#{anchors[index]}">{esc(test.test)}</a>{execution_badge(test.execution)}'
+                f"{emulated_badge(test.checks)}")
         reason = f'<span class="reason {esc(test.outcome)}">{esc(test.message)}</span>' if test.message else ""
         rows.append((verdict_badge(test.outcome), esc(test.binary), name, esc(fmt_seconds(test.elapsed_s)),
                      ranks_figure(test), key_figure(test), reason))
@@ -188,7 +202,7 @@ def check_item(check: Check) -> str:
                    f"{esc(check.unit)})</span>")
     return (f'<li class="check {status}" data-status="{esc(check.status)}">'
             f'<span class="icon" aria-hidden="true">{CHECK_ICONS.get(status, "?")}</span>'
-            f'<span class="status">{esc(check.status)}</span> <b>{esc(check.name)}</b> '
+            f'<span class="status">{esc(check.status)}</span> <b>{esc(check.name)}</b>{emulated_badge([check])} '
             f"{esc(check.message)}{figures}</li>")
 
 

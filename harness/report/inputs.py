@@ -31,6 +31,7 @@ class Check:
     measured: float | None = None
     expected: float | None = None
     unit: str = ""
+    execution: str = ""  # harness.verdict.checks.EMULATED: judged on the local cluster's emulated capacity
 
 
 @dataclass
@@ -216,7 +217,8 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 def _checks(raw: Any) -> list[Check]:
     return [Check(name=_text(c.get("name")) or "?", status=_text(c.get("status")) or "?",
                   message=_text(c.get("message")), measured=_number(c.get("measured")),
-                  expected=_number(c.get("expected")), unit=_text(c.get("unit")))
+                  expected=_number(c.get("expected")), unit=_text(c.get("unit")),
+                  execution=_text(c.get("execution")))
             for c in _dicts(raw)]
 
 

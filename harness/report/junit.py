@@ -12,6 +12,7 @@ from enum import Enum
 from pathlib import Path
 
 from harness.config.artifacts import write_atomically
+from harness.verdict.checks import EMULATED
 
 # junit_xml and ElementTree are imported where they are used, like yaml (harness/cluster/manifests.py):
 # `--help` and `--test.list` write no JUnit.
@@ -120,6 +121,10 @@ def summarize(path: Path) -> str:
             # Canned results (the local cluster served the logs) must not read like real ones.
             execution = props.get("execution")
             marker = f" [execution={execution}]" if execution in ("canned", "mixed") else ""
+            # So are checks judged on the local cluster's emulated node capacity (Check.execution).
+            emulated = [key.removeprefix("check.").removesuffix(".execution") for key, value in props.items()
+                        if key.startswith("check.") and key.endswith(".execution") and value == EMULATED]
+            marker += f" [emulated capacity: {', '.join(emulated)}]" if emulated else ""
             lines.append(f"  {verdict:<5} {case.get('name')} ({float(case.get('time') or 0):.1f}s){marker}"
                          + (f": {'; '.join(shown)}" if shown else "") + (f" - {reason}" if reason else ""))
     return "\n".join(lines)

@@ -164,7 +164,8 @@ def discover(cluster: Cluster, cfg: Config, cancel: CancelToken) -> Topology:
     tolerations = pod_tolerations(cfg)
     states = tuple((n.name, tuple(n.problems(tolerations))) for n in selection.of_type)
     return Topology(selection.node_type, tuple(chosen), gpus, efa,
-                    {**selection.origins, "gpus_per_node": gpus_origin, "efa_per_node": efa_origin}, states)
+                    {**selection.origins, "gpus_per_node": gpus_origin, "efa_per_node": efa_origin}, states,
+                    tuple(n.name for n in selection.of_type if n.emulated))
 
 
 def pod_tolerations(cfg: Config) -> list[dict[str, str]]:

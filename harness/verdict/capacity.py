@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, NodeInfo, Topology
+from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, NODES_DESCRIBED, NodeInfo, Topology
 from harness.verdict.checks import Check, Verdict
 from harness.verdict.thresholds import node_type
 
@@ -71,6 +71,24 @@ def judge_advertised(topology: Topology) -> Verdict:
     else:
         verdict.add(Check.not_applicable("capacity.efa", f"EFA not in use ({origins.get('efa_per_node', 'none')})"))
     return verdict
+
+
+# The checks judged on what nodes advertise (state, capacity, allocatable), by name: on kwok's nodes
+# that is emulated (Topology.emulated). gpu_sharing.advertised reads the allocatable that the local
+# cluster's GPU-sharing emulation writes on them.
+NODE_CAPACITY_CHECKS = frozenset({"nodes", "capacity.gpus", "capacity.efa", "gpu_sharing.advertised"})
+
+
+def mark_emulated(verdict: Verdict, topology: Topology) -> None:
+    """Mark the verdict's NODE_CAPACITY_CHECKS as judged on emulated capacity when nodes of the type
+    are kwok's: a pass there proves the harness's logic, not the cluster's devices."""
+    if not topology.emulated:
+        return
+    more = f" and {len(topology.emulated) - NODES_DESCRIBED} more" if len(topology.emulated) > NODES_DESCRIBED else ""
+    what = (f"capacity of kwok node(s) {', '.join(topology.emulated[:NODES_DESCRIBED])}{more}, written by whoever "
+            "made them, not counted by a device plugin")
+    verdict.checks[:] = [c.on_emulated(what) if c.name in NODE_CAPACITY_CHECKS and not c.execution else c
+                         for c in verdict.checks]
 
 
 def check_gpus_seen(seen: Iterable[tuple[str, str, int]], expected: int) -> Check:

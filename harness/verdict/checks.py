@@ -8,11 +8,15 @@ reader sees what was judged, what passed and what did not apply and why.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from harness.errors import TestFailure, ThresholdMissed
+
+# Check.execution of a check judged on data the local cluster wrote rather than measured (emulated
+# node capacity), as a pod's execution says `canned` for a served log.
+EMULATED = "emulated"
 
 
 class Status(str, Enum):
@@ -34,6 +38,8 @@ class Check:
     unit: str = ""
     # A threshold missed (ThresholdMissed) rather than a broken run (TestFailure).
     threshold: bool = False
+    # Where the data judged came from when it was not the cluster's own: EMULATED, else "".
+    execution: str = ""
 
     @classmethod
     def passed(cls, name: str, message: str, **figures: Any) -> Check:
@@ -47,6 +53,11 @@ class Check:
     def not_applicable(cls, name: str, message: str) -> Check:
         return cls(name, Status.NOT_APPLICABLE, message)
 
+    def on_emulated(self, what: str) -> Check:
+        """This check marked as judged on emulated data (`what` says which): execution EMULATED, and
+        its message says so, in the log, JUnit and a failure's reason alike."""
+        return replace(self, execution=EMULATED, message=f"{self.message} [{EMULATED}: {what}]")
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": self.status.value, "message": self.message}
         for key in ("measured", "expected"):
@@ -54,6 +65,8 @@ class Check:
                 out[key] = getattr(self, key)
         if self.unit:
             out["unit"] = self.unit
+        if self.execution:
+            out["execution"] = self.execution
         return out
 
 
@@ -96,8 +109,10 @@ class Verdict:
         return "; ".join(parts)
 
     def properties(self) -> dict[str, str]:
-        """JUnit properties: check.<name> = `status: message`, and checks.ran."""
+        """JUnit properties: check.<name> = `status: message`, check.<name>.execution when it has one,
+        and checks.ran."""
         props = {f"check.{c.name}": f"{c.status.value}: {c.message}" for c in self.checks}
+        props.update({f"check.{c.name}.execution": c.execution for c in self.checks if c.execution})
         props["checks.ran"] = ",".join(c.name for c in self.checks)
         return props
 

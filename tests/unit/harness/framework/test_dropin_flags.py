@@ -200,6 +200,20 @@ def test_assess_filters_upstreams_names_the_dcgm_level_included():
     assert "TestDcgmDiagnostics" in skipped
 
 
+def test_assess_keeps_the_features_that_mark_their_assessments_as_e2e_framework_does():
+    """e2e-framework runs a feature whatever --assess says (setup, teardown; its assessments skipped
+    one by one: test_dropin_runner), so the training tests, which mark theirs, stay selected."""
+    suite = e2e_nvidia_training.SUITE
+    assert all(f.marks_assessments for t in suite.tests for f in t.features)
+    everything = names(selector(), suite)
+    assert names(selector("--assess=no such assessment"), suite) == everything
+    assert names(selector("--skip-assessment=."), suite) == everything
+    sel = selector("--assess=^BERT training", "--skip-assessment=resumes")
+    assert sel.assessment_skip("BERT training Job succeeds") is None
+    assert sel.assessment_skip("training succeeds") == 'Skipping assessment "training succeeds": name not matched'
+    assert sel.assessment_skip("BERT training resumes") == 'Skipping assessment: "BERT training resumes": name matched'
+
+
 def test_every_upstream_test_and_feature_is_declared_with_upstreams_labels():
     features = {(t.name, f.name): f for t in e2e_nvidia.SUITE.tests + e2e_nvidia_training.SUITE.tests
                 for f in t.features}

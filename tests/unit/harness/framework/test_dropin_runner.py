@@ -225,6 +225,76 @@ def test_dry_run_lists_and_contacts_no_cluster(env, capsys):
     assert case.name == "TestMPI/single-node" and isinstance(case.result[0], junitparser.Skipped)
 
 
+def stepped_suite(done: list[str]) -> Suite:
+    """Features as upstream's steps: a setup, assessments through t.assessment, a cleanup; each records
+    what ran in `done` (an assessment fails: being judged shows)."""
+    suite = Suite("unit-suite", "steps")
+
+    def feature(t: TestContext) -> None:
+        done.append(f"setup {t.name}")
+        t.cleanup(lambda: done.append(f"teardown {t.name}"), "record")
+        for name in t.feature.assessments:
+            def judged(name: str = name) -> None:
+                done.append(f"judged {name}")
+                raise TestFailure(f"{name}: judged")
+
+            t.assessment(name, judged)
+
+    suite.test("TestBertTraining", feature="bert-training", assessments=("BERT training Job succeeds",),
+               marks_assessments=True, needs_cluster=False)(feature)
+    suite.features("TestMPI", [Feature("single-node", feature, {}, ("MPIJob succeeds", "bus bandwidth"),
+                                       marks_assessments=True)], needs_cluster=False)
+    suite.features("TestMPI2", [Feature("single-node", feature, {}, ("MPIJob succeeds",), marks_assessments=True),
+                                Feature("multi-node", feature, {}, ("MPIJob succeeds",), marks_assessments=True)],
+                   needs_cluster=False)
+    return suite
+
+
+def test_assess_skips_assessments_not_features_as_e2e_framework_does(env, capsys):
+    """e2e-framework's execFeature: setup and teardown run, each assessment is a subtest skipped with
+    requireProcessing's message when --assess does not match it or --skip-assessment does; the
+    feature passes with nothing judged. Before: the feature ran whole (every assessment judged) or
+    not at all."""
+    done: list[str] = []
+    assert main(stepped_suite(done), ["-test.v", "--assess=^bus", "--skip-assessment=bus"]) == EXIT_PASS
+    out = capsys.readouterr().out
+    assert not [step for step in done if step.startswith("judged")]
+    assert done.count("setup TestBertTraining") == done.count("teardown TestBertTraining") == 1
+    assert "teardown TestMPI2/multi-node" in done
+    assert "    === RUN   TestBertTraining/BERT_training_Job_succeeds" in out
+    assert '        Skipping assessment "BERT training Job succeeds": name not matched' in out
+    assert "    --- SKIP: TestBertTraining/BERT_training_Job_succeeds (" in out
+    assert '        Skipping assessment: "bus bandwidth": name matched' in out
+    outcomes = {case.name: type(case.result[0]).__name__ if case.result else "pass" for case in cases(env)}
+    assert outcomes == {
+        "TestBertTraining": "pass", "TestBertTraining/BERT_training_Job_succeeds": "Skipped",
+        "TestMPI": "pass", "TestMPI/MPIJob_succeeds": "Skipped", "TestMPI/bus_bandwidth": "Skipped",
+        "TestMPI2": "pass", "TestMPI2/single-node": "pass",
+        "TestMPI2/single-node/MPIJob_succeeds": "Skipped", "TestMPI2/multi-node": "pass",
+        "TestMPI2/multi-node/MPIJob_succeeds": "Skipped"}
+
+
+def test_a_selected_assessment_is_judged_in_its_feature_and_the_others_skipped(env):
+    done: list[str] = []
+    assert main(stepped_suite(done), ["--assess=MPIJob", "-test.run=TestMPI$"]) == EXIT_FAIL
+    assert done == ["setup TestMPI", "judged MPIJob succeeds", "teardown TestMPI"]
+    outcomes = {case.name: type(case.result[0]).__name__ if case.result else "pass" for case in cases(env)}
+    assert outcomes == {"TestMPI": "Failure"}  # failed in its first assessment: the second never ran
+    done.clear()
+    assert main(stepped_suite(done), ["--skip-assessment=MPIJob", "-test.run=TestMPI$"]) == EXIT_FAIL
+    assert done == ["setup TestMPI", "judged bus bandwidth", "teardown TestMPI"]
+    outcomes = {case.name: type(case.result[0]).__name__ if case.result else "pass" for case in cases(env)}
+    assert outcomes == {"TestMPI": "Failure", "TestMPI/MPIJob_succeeds": "Skipped"}
+
+
+def test_an_assessment_its_feature_does_not_declare_is_an_error(env):
+    suite = Suite("unit-suite", "undeclared")
+    suite.test("TestX", assessments=("declared",), marks_assessments=True, needs_cluster=False)(
+        lambda t: t.assessment("undeclared", lambda: None))
+    assert main(suite, []) == EXIT_FAIL
+    assert "assessment 'undeclared' is not one its feature declares" in cases(env)[0].result[0].message
+
+
 def keeps_recorder(kept: dict[str, bool], fail: bool):
     def feature(t: TestContext) -> None:
         t.cleanup(lambda: kept.__setitem__(t.name, t.keeps_resources()), "record")

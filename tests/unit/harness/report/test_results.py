@@ -12,16 +12,21 @@ import pytest
 
 from harness.cluster.logs import CapturedLog
 from harness.config.artifacts import folder_of_test
+from harness.config.settings import Origin, Source
+from harness.config.topology import NodeInfo, Topology
 from harness.errors import TestFailure
 from harness.framework.context import TestContext
 from harness.framework.suite import Suite
 from harness.jobs.assessment import record_verdict
 from harness.metrics.records import combine, scan_lines
+from harness.report.html import checks_section, summary_table
 from harness.report.inputs import read_result
 from harness.report.junit import summarize
 from harness.report.results import MAX_STEPS_PER_RANK, MetricsMeta
 from harness.runner import EXIT_FAIL, EXIT_PASS, main
+from harness.verdict.capacity import judge_advertised
 from harness.verdict.checks import Check, Verdict
+from harness.verdict.nodes import check_nodes
 
 from ...crafted_logs import metrics_line, metrics_record, step_lines
 
@@ -179,6 +184,44 @@ def test_the_junit_summary_says_canned(tmp_path, monkeypatch):
 ])
 def test_the_folder_rule(name, folder):
     assert folder_of_test(name) == PurePosixPath(folder)
+
+
+def on_kwok_nodes(t: TestContext) -> None:
+    """Checks on the capacity of two kwok p5 nodes (one short of GPUs) and one on metrics."""
+    nodes = tuple(NodeInfo(f"kwok-p5-{i}", "p5.48xlarge", gpus, 32, True, emulated=True)
+                  for i, gpus in enumerate((8, 7)))
+    found = Origin(Source.DISCOVERED, "the nodes")
+    origins = dict.fromkeys(("node_type", "node_count", "gpus_per_node", "efa_per_node"), found)
+    t.session.topology = Topology("p5.48xlarge", nodes, 8, 32, origins, tuple((n.name, ()) for n in nodes),
+                                  tuple(n.name for n in nodes))
+    verdict = judge_advertised(t.topology)
+    verdict.checks[:0] = [check_nodes(t.topology)]
+    verdict.add(Check.passed("loss", "loss decreased"))
+    record_verdict(t, verdict)
+
+
+def test_checks_on_emulated_node_capacity_say_so_in_result_junit_log_and_report(tmp_path, monkeypatch, capsys):
+    """Issue 34 item 4: a check judged on the local cluster's kwok nodes' capacity carries execution
+    `emulated` (result.json, JUnit, its message in the log and the failure) and the report shows it;
+    a check on other data does not. Before, nothing told these from checks of real devices."""
+    assert run_suite(tmp_path, monkeypatch, on_kwok_nodes) == EXIT_FAIL
+    result = result_of(tmp_path, "TestOnKwokNodes")
+    executions = {check["name"]: check.get("execution") for check in result["checks"]}
+    assert executions == {"nodes": "emulated", "capacity.gpus": "emulated", "capacity.efa": "emulated",
+                          "loss": None}
+    gpus = next(check for check in result["checks"] if check["name"] == "capacity.gpus")
+    assert gpus["message"].endswith("[emulated: capacity of kwok node(s) kwok-p5-0, kwok-p5-1, written by whoever "
+                                    "made them, not counted by a device plugin]"), gpus["message"]
+    assert result["message"] == gpus["message"]  # the failure says it too
+    out = capsys.readouterr().out
+    assert "FAIL           capacity.gpus: capacity: node kwok-p5-1 has 7 allocatable" in out
+    assert "[emulated: capacity of kwok node(s)" in out
+    summary = summarize(tmp_path / "junit_unit-suite.xml")
+    assert "[emulated capacity: nodes, capacity.gpus, capacity.efa]" in summary, summary
+    report = read_result(tmp_path / "unit-suite" / "TestOnKwokNodes" / "result.json", "unit-suite")
+    shown = checks_section(report.checks)
+    assert shown.count('<span class="badge emulated"') == 3, shown
+    assert '<span class="badge emulated"' in summary_table([report], {0: "t"})
 
 
 def test_a_verdict_raises_only_after_it_is_recorded(tmp_path, monkeypatch):

@@ -98,3 +98,15 @@ def test_healthy_nodes_pass_both_and_a_degraded_node_in_the_run_fails():
 def test_without_the_list_the_nodes_check_does_not_apply():
     topology = Topology("t", (NodeInfo("a", "t", 0, 0, True),), 1, 0, {"node_count": Origin(Source.ENV, "NODE_COUNT")})
     assert check_nodes(topology).status is Status.NOT_APPLICABLE
+
+
+def test_kwok_nodes_are_discovered_as_emulated_and_real_ones_are_not():
+    """kwok's nodes (annotated kwok.x-k8s.io/node) have written capacity: discovery lists them so the
+    checks judged on capacity can say so (tests/unit/harness/report/test_results.py follows them to the report)."""
+    kwok = api_node("kwok-cpu-0", kind="kwok-cpu")
+    kwok["metadata"]["annotations"] = {"kwok.x-k8s.io/node": "fake"}
+    assert NodeInfo.from_node(kwok).emulated and not NodeInfo.from_node(api_node("real-cpu-0")).emulated
+    topology = discovered({}, kwok, api_node("kwok-cpu-1", kind="kwok-cpu"))
+    assert topology.emulated == ("kwok-cpu-0",)
+    assert topology.resolved()["nodes_emulated"].value == "kwok-cpu-0"
+    assert "nodes_emulated" not in discovered({}, api_node("real-cpu-0")).resolved()
