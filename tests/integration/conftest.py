@@ -125,6 +125,22 @@ def image_on_real_nodes(name: str) -> str:
     return subprocess.run([str(HACK_IMAGES), "name", name], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def registry_address() -> str:
+    """The real nodes' registry (`hack/local-cluster registry`: 127.0.0.1:<port>)."""
+    return run_local_cluster("registry").strip()
+
+
+def image_in_registry(name: str) -> str:
+    """Builds (or reuses) an image with hack/images and pushes it to the real nodes' registry
+    (`hack/images push`); its reference there, which the nodes pull by name."""
+    if not HACK_IMAGES.exists():
+        pytest.skip("hack/images is not in this checkout: the images cannot be built")
+    for argv in (["build", name], ["push", registry_address(), name]):
+        done = subprocess.run([str(HACK_IMAGES), *argv], capture_output=True, text=True, timeout=3600, check=False)
+        assert done.returncode == 0, f"hack/images {' '.join(argv)}:\n{done.stderr[-4000:]}"
+    return done.stdout.strip().splitlines()[-1]
+
+
 def exec_in(cluster: LocalCluster, pod: client.V1Pod, command: str) -> str:
     """`sh -c command` in the pod's container, its output (stdout and stderr)."""
     return str(stream(cluster.core.connect_get_namespaced_pod_exec, pod.metadata.name, pod.metadata.namespace,
