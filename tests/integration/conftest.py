@@ -38,8 +38,10 @@ INJECT = "kubetest2-training.local/"
 # Ranks 0 and 1 of the upstream 32-rank run: the default nodes' world size (2 CPU nodes x 1 process);
 # the verdict fails a log with ranks beyond the job's world size.
 DEFAULT_CANNED_LOG = "bert-mpirun-2ranks"
-# The local cluster's nodes have the project's images imported, from no registry: every binary these
-# tests start (they inherit this environment) keeps IfNotPresent, not upstream's Always.
+# The tests import the project's images into the nodes (`load-image`, the name `docker.io/...` no
+# registry serves: cheaper than a push and pull of the workloads image, bench/RESULTS.md); only the
+# registry's own tests push (the pause image): every binary these tests start (they inherit this
+# environment) keeps IfNotPresent, not upstream's Always.
 os.environ.setdefault("IMAGE_PULL_POLICY", "IfNotPresent")
 
 
