@@ -1,5 +1,5 @@
 """Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, node-slow, node-cpus,
-stop/restart.
+stop/restart, load-image, registry.
 
 May import: localcluster.base, localcluster.control, localcluster.emulation, localcluster.realnodes,
 localcluster.cluster.
@@ -50,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "nodes; needs root; later `up`s keep the count (env KT2T_REAL_NODES; 0 removes them)")
     load = commands.add_parser("load-image", help="import image archives (OCI or docker) into every real node")
     load.add_argument("archives", nargs="+", type=Path)
+    commands.add_parser("registry", help="the real nodes' image registry's address (push with `hack/images push "
+                                         "ADDRESS`; pods name images ADDRESS/...); exit 1 without real nodes")
     commands.add_parser("down", help="stop what `up` started and remove the state folder")
     commands.add_parser("status", help="what runs: pid, port, healthy (exit 1 unless all healthy)")
     replace_nodes = commands.add_parser("nodes", help="replace the fake nodes with nodes of a shape")
@@ -138,6 +140,12 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
                          for n in nodes.managed_nodes(cluster.api())]
             print(f"nodes: {', '.join(described) or 'none'}")
         return 0 if all(row["healthy"] for row in rows) else 1
+    if args.command == "registry":
+        real = cluster.real_nodes()
+        if real.wanted() == 0:
+            raise RealNodeError("no registry: it runs with the real nodes (`up --real-nodes N`)")
+        print(real.registry_address())
+        return 0
     if args.command == "load-image":
         with cluster.locked():
             for archive in args.archives:

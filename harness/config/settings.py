@@ -240,7 +240,8 @@ class Config:
     image_pull_policy: str = setting(
         "the workload pods' imagePullPolicy: upstream (upstream's: Always for a tag, so a reused node never runs "
         "a stale mutable tag; IfNotPresent for a digest, which cannot change), Always, IfNotPresent or Never. "
-        "The local cluster imports images without a registry: hack/main-job and the integration tests set "
+        "On the local cluster, hack/main-job's real nodes pull from the cluster's registry with this default; "
+        "its host-process nodes and the integration tests, which import images without a registry, set "
         "IfNotPresent", choice("upstream", "Always", "IfNotPresent", "Never"),
         "upstream, Always, IfNotPresent or Never", env="IMAGE_PULL_POLICY", default="upstream")
     launcher: str = setting("torchrun (Indexed Job + headless Service), mpi (MPIJob) or trainjob (Kubeflow "

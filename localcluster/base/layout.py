@@ -99,6 +99,11 @@ class ClusterLayout:
     def coredns_dir(self) -> Path:
         return self.root / "coredns"
 
+    @property
+    def registry_dir(self) -> Path:
+        """The image registry's configuration and, under data/, its blobs."""
+        return self.root / "registry"
+
     def node(self, index: int) -> NodeLayout:
         return NodeLayout(self, index)
 

@@ -19,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
                                                 "cached by input hash")
     p.add_argument("images", nargs="*", choices=[[], *choices], metavar="IMAGE", help=f"of {', '.join(choices)}")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has the image")
+    p = commands.add_parser("push", help="push built images to a registry with buildah (plain HTTP for one on "
+                                         "127.0.0.1, e.g. `hack/local-cluster registry`); prints each reference")
+    p.add_argument("registry", help="host[:port][/path], e.g. 127.0.0.1:25010 or "
+                                    "<account>.dkr.ecr.<region>.amazonaws.com")
+    p.add_argument("images", nargs="*", choices=[[], *choices], metavar="IMAGE", help=f"of {', '.join(choices)} "
+                                                                                       "(default: all built)")
     p = commands.add_parser("import", help="import built images into a containerd (ctr images import)")
     p.add_argument("--address", required=True, help="containerd's socket")
     p.add_argument("--namespace", default="k8s.io", help="containerd namespace (default: k8s.io, the CRI's)")
@@ -36,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Builds and cleans change buildah's store and the cache: one at a time. Reading (import, list)
     # needs no lock: an archive is renamed into place whole.
-    if args.command in ("build", "clean"):
+    if args.command in ("build", "clean", "push"):
         with locked():
             return run(args, parser)
     return run(args, parser)
@@ -48,6 +54,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "build":
         for image in build.build(args.images, force=args.force):
             print(image.archive)
+    elif args.command == "push":
+        for reference in build.push(args.images, args.registry):
+            print(reference)
     elif args.command == "import":
         for name in args.images:
             if name not in SPECS:

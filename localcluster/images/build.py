@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localcluster.images import bases
-from localcluster.images.names import REPO, reference
+from localcluster.images.names import REPO, in_registry, reference
 from localcluster.images.specs import SPECS, input_hash, spec
 from localcluster.images.tools import cache_root, check_tools, du_bytes, image_id, log, run, tidy_store
 
@@ -261,6 +261,29 @@ def import_into(names: list[str], address: str, namespace: str = "k8s.io") -> No
         if not is_built(image):
             raise SystemExit(f"hack/images: {name} is not built for the current inputs; run `hack/images build`")
         run("ctr", "--address", address, "-n", namespace, "images", "import", str(image.archive))
+
+
+def push(names: list[str], registry: str) -> list[str]:
+    """Push the built images named (default: all) to a registry
+    with buildah, from its store (refilled from the cached archive when cleaned: buildah cannot read an
+    archive as a push's source); returns the pushed references. A registry on this machine's loopback
+    (the local cluster's, `hack/local-cluster registry`) speaks plain HTTP: TLS is not required there;
+    any other needs TLS and the credentials `buildah login` (or `aws ecr get-login-password | buildah
+    login ...`) stored."""
+    pushed = []
+    for name in names or [name for name in SPECS if is_built(cached(name))]:
+        image = cached(name)
+        if not is_built(image):
+            raise SystemExit(f"hack/images: {name} is not built for the current inputs; run `hack/images build {name}`")
+        in_store(image)
+        target = in_registry(name, registry)
+        loopback = registry.split("/", 1)[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+        started = time.monotonic()
+        run("buildah", "push", "--quiet", *(["--tls-verify=false"] if loopback else []), image.reference,
+            f"docker://{target}")
+        log(f"{name}: pushed to {target} in {time.monotonic() - started:.1f} s")
+        pushed.append(target)
+    return pushed
 
 
 def listing() -> list[dict[str, object]]:

@@ -51,6 +51,12 @@ def reference(image: str) -> str:
     return f"{DEFAULT_REGISTRY}/{short_reference(image)}"
 
 
+def in_registry(image: str, registry: str) -> str:
+    """The image's name in a registry (`hack/images push REGISTRY`): `REGISTRY/kubetest2-training/<image>:<version>`,
+    what TRAINING_IMAGE or NCCL_TESTS_IMAGE then names."""
+    return f"{registry.rstrip('/')}/{short_reference(image)}"
+
+
 # containerd's CRI `sandbox_image` for the real nodes.
 def sandbox_image() -> str:
     return reference("pause")

@@ -22,7 +22,7 @@ from localcluster.base.layout import (
 
 CNI_BIN_DIR = "/usr/lib/cni"
 RUNC = "/usr/sbin/runc"
-# Neither pulled nor served by any registry: images are imported into each node (images.py).
+# Imported into each node (images.py), never pulled: a node starts before anything is pushed.
 DEFAULT_SANDBOX_IMAGE = "kubetest2-training.local/pause:local"
 CORE_DNS_HEALTH_PORT = 18080
 CORE_DNS_READY_PORT = 18181
@@ -35,7 +35,10 @@ def containerd_config(node: NodeLayout, sandbox_image: str) -> str:
     restrict_oom_score_adj because this machine forbids negative oom_score_adj (runc otherwise
     fails every sandbox: "can't get final child's PID from pipe: EOF"). Paths are the node's own
     (holder.py): /run is its tmpfs (state, sockets), /var/lib its folder on disk (root). Short
-    paths: a unix socket's path has at most 107 bytes, overlayfs' mount options one page."""
+    paths: a unix socket's path has at most 107 bytes, overlayfs' mount options one page.
+    Registries: one folder per registry name under the node's certs.d (registry.hosts_toml: the
+    cluster's registry); a pulled layer's compressed blob is dropped once unpacked, as an imported
+    one is (images.discard_unpacked_layers), so a node holds one copy of an image either way."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
 root = "/var/lib/containerd"
@@ -64,6 +67,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 [{cri}.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "runc"
+  discard_unpacked_layers = true
 
 [{cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
@@ -76,7 +80,15 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   bin_dir = "{CNI_BIN_DIR}"
   conf_dir = "{node.path('cni', 'net.d')}"
   max_conf_num = 1
+
+[{cri}.registry]
+  config_path = "{registry_hosts_dir(node)}"
 """
+
+
+def registry_hosts_dir(node: NodeLayout) -> Path:
+    """containerd's `config_path`: <registry name>/hosts.toml in it says how to reach a registry."""
+    return node.path("certs.d")
 
 
 def cni_config(node: NodeLayout) -> dict[str, Any]:
@@ -125,7 +137,7 @@ def kubelet_config(node: NodeLayout, pki_dir: Path) -> dict[str, Any]:
         "podLogsDirectory": "/var/log/pods",
         # Its default (/usr/libexec/kubernetes/...) would be created on the machine.
         "volumePluginDir": "/var/lib/kubelet/volume-plugins",
-        # The images are imported, never pulled: garbage collection must not remove them, and a
+        # Imported images cannot be pulled again: garbage collection must not remove them, and a
         # full machine must not evict the test's pods (the harness watches the disk itself).
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,

@@ -1,6 +1,7 @@
 """Bringing the real nodes up, checking them, and taking them down (crash leftovers included).
 
-Per cluster: the cluster network namespace, netd (netd.py) and CoreDNS. Per node: its namespace,
+Per cluster: the cluster network namespace, netd (netd.py), the image registry (registry.py) and
+CoreDNS. Per node: its namespace,
 the holder (holder.py), containerd, the images, kubelet and kube-proxy. Every process is started
 into the cluster's cgroup (layout.ClusterLayout.cgroup) and recorded like the control plane's
 (processes.ProcessRecord); containerd, kubelet and kube-proxy enter the holder's mount and network
@@ -39,7 +40,7 @@ from localcluster.control.kubeconfig import write_kubeconfig
 from localcluster.control.pki import Pki
 from localcluster.control.processes import ProcessRecord, code_fingerprint
 from localcluster.control.waits import progress, wait_until
-from localcluster.realnodes import configs, images, network, preflight
+from localcluster.realnodes import configs, images, network, preflight, registry
 from localcluster.realnodes.holder import READY_FILE
 
 FIELD_MANAGER = "kubetest2-training-real-nodes"
@@ -159,11 +160,13 @@ class RealNodes:
         linux.make_cgroup(self.layout.cgroup)
         network.ensure_cluster_network(self.layout)
         self.ensure_process(self.netd())
+        self.ensure_process(self.registry())
         self.ensure_process(self.coredns())
         for node in self.nodes():
             self.ensure_node(node)
         self.wait_ready(api)
-        log(f"real nodes: {', '.join(n.name for n in self.nodes())} Ready ({time.monotonic() - started:.1f}s)")
+        log(f"real nodes: {', '.join(n.name for n in self.nodes())} Ready ({time.monotonic() - started:.1f}s); "
+            f"their registry: {self.registry_address()} (hack/images push {self.registry_address()})")
 
     def ensure_node(self, node: NodeLayout) -> None:
         holder = self.holder(node)
@@ -187,6 +190,8 @@ class RealNodes:
         configs.write_if_changed(node.path("resolv.conf"), configs.resolv_conf())
         configs.write_if_changed(node.path("containerd.toml"),
                                  configs.containerd_config(node, configs.DEFAULT_SANDBOX_IMAGE))
+        configs.write_if_changed(configs.registry_hosts_dir(node) / self.registry_address() / "hosts.toml",
+                                 registry.hosts_toml(self.settings.ports["registry"]))
         configs.write_if_changed(node.path("cni", "net.d", "10-kubetest2-training.conflist"),
                                  configs.dump_json(configs.cni_config(node)))
         configs.write_if_changed(node.path("kubelet.yaml"),
@@ -266,7 +271,8 @@ class RealNodes:
         return Process(
             "netd",
             [sys.executable, "-m", "localcluster.realnodes.netd", f"--netns={layout.cluster_netns}",
-             f"--socket={layout.netd_socket}", f"--api-port={self.settings.ports['kube-apiserver']}"],
+             f"--socket={layout.netd_socket}", f"--forward-port={self.settings.ports['kube-apiserver']}",
+             f"--forward-port={self.settings.ports['registry']}"],
             self.settings.logs_dir / "netd.log", self.netd_healthy, f"{layout.cgroup}/netd",
             self.enter(cgroup=f"{layout.cgroup}/netd"),
             config_files=sorted(Path(__file__).parent.glob("*.py")),
@@ -279,6 +285,18 @@ class RealNodes:
                 return True
             except OSError:
                 return False
+
+    def registry_address(self) -> str:
+        return registry.address(self.settings.ports["registry"])
+
+    def registry(self) -> Process:
+        layout, port = self.layout, self.settings.ports["registry"]
+        config = layout.registry_dir / "config.yml"
+        configs.write_if_changed(config, configs.dump_yaml(registry.config(layout.registry_dir / "data", port)))
+        return Process(
+            "registry", [registry.COMMAND, "serve", str(config)], self.settings.logs_dir / "registry.log",
+            lambda: http_ok(f"http://{self.registry_address()}/v2/"), f"{layout.cgroup}/registry",
+            self.enter(cgroup=f"{layout.cgroup}/registry"), config_files=[config])
 
     def coredns(self) -> Process:
         layout = self.layout
@@ -389,7 +407,7 @@ class RealNodes:
             time.sleep(0.2)
 
     def process_names(self) -> list[str]:
-        names = ["netd", "coredns"]
+        names = ["netd", "registry", "coredns"]
         for node in self.nodes():
             names += [f"{node.name}-{part}" for part in ("holder", "containerd", "kubelet", "kube-proxy")]
         return names
@@ -408,7 +426,8 @@ class RealNodes:
         rows = []
         for name in self.process_names():
             pid = ProcessRecord(self.settings.run_dir, name).running_pid()
-            rows.append({"name": name, "pid": pid, "port": None, "healthy": pid is not None})
+            port = self.settings.ports["registry"] if name == "registry" else None
+            rows.append({"name": name, "pid": pid, "port": port, "healthy": pid is not None})
         return rows
 
     # ---- the API's view -------------------------------------------------------------------------

@@ -5,10 +5,11 @@
   `cluster`, `transport: uds`). netd dials addresses of the cluster network from inside the cluster
   namespace and 127.0.0.1 (kwok's kubelet endpoint, webhooks of controllers on the machine) from
   the machine; it refuses any other address.
-- Out: the API forwarder listens on the cluster bridge's address, at the API server's port, inside
-  the cluster namespace, and joins each connection to the API server on the machine's 127.0.0.1.
-  The `kubernetes` Service's endpoint is that address: pods, kubelets, kube-proxy and CoreDNS reach
-  the API server through it.
+- Out: a forwarder per port (`--forward-port`: the API server's, the image registry's) listens on
+  the cluster bridge's address, at that port, inside the cluster namespace, and joins each
+  connection to the same port on the machine's 127.0.0.1. The `kubernetes` Service's endpoint is
+  that address: pods, kubelets, kube-proxy and CoreDNS reach the API server through it; the nodes'
+  containerd reaches the registry (registry.py) through it.
 A socket belongs to the network namespace of the thread that made it: the namespaced sockets are
 made by short threads that entered the cluster namespace (linux.in_netns); the rest of netd stays
 in the machine's namespace.
@@ -42,7 +43,8 @@ def log(message: str) -> None:
 def pump(source: socket.socket, sink: socket.socket) -> None:
     """Copies source to sink until EOF, then half-closes sink (the other direction goes on)."""
     try:
-        while data := source.recv(65536):
+        # 1 MiB reads: the registry's image layers (GBs) cross here; 64 KiB cost four times the calls.
+        while data := source.recv(1 << 20):
             sink.sendall(data)
     except OSError:
         pass
@@ -74,8 +76,8 @@ def where(host: str) -> str | None:
 
 
 class Netd:
-    def __init__(self, netns: str, socket_path: Path, api_port: int) -> None:
-        self.netns, self.socket_path, self.api_port = netns, socket_path, api_port
+    def __init__(self, netns: str, socket_path: Path, forward_ports: list[int]) -> None:
+        self.netns, self.socket_path, self.forward_ports = netns, socket_path, forward_ports
 
     def dial(self, host: str, port: int) -> socket.socket:
         side = where(host)
@@ -114,19 +116,20 @@ class Netd:
             upstream.sendall(rest)
         join(client, upstream)
 
-    def serve_api(self, client: socket.socket) -> None:
+    @staticmethod
+    def forward(client: socket.socket, port: int) -> None:
         try:
-            upstream = socket.create_connection((LOOPBACK, self.api_port), DIAL_TIMEOUT_S)
+            upstream = socket.create_connection((LOOPBACK, port), DIAL_TIMEOUT_S)
         except OSError as error:
-            log(f"API server at {LOOPBACK}:{self.api_port}: {error}")
+            log(f"{LOOPBACK}:{port}: {error}")
             client.close()
             return
         join(client, upstream)
 
-    def accept_forever(self, listener: socket.socket, handler: object) -> None:
+    def accept_forever(self, listener: socket.socket, handler: object, *args: object) -> None:
         while True:
             client, _ = listener.accept()
-            threading.Thread(target=handler, args=(client,), daemon=True).start()
+            threading.Thread(target=handler, args=(client, *args), daemon=True).start()
 
     def run(self) -> None:
         self.socket_path.unlink(missing_ok=True)
@@ -135,17 +138,19 @@ class Netd:
             uds.bind(str(self.socket_path))
         uds.listen(128)
 
-        def api_listener() -> socket.socket:
+        def listener_on(port: int) -> socket.socket:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((GATEWAY_IP, self.api_port))
+            listener.bind((GATEWAY_IP, port))
             listener.listen(512)
             return listener
 
-        api = linux.in_netns(self.netns, api_listener)
-        log(f"egress (CONNECT) on {self.socket_path}; API forwarder {GATEWAY_IP}:{self.api_port} in {self.netns} "
-            f"-> {LOOPBACK}:{self.api_port}")
-        threading.Thread(target=self.accept_forever, args=(api, self.serve_api), daemon=True).start()
+        for port in self.forward_ports:
+            listener = linux.in_netns(self.netns, lambda port=port: listener_on(port))
+            threading.Thread(target=self.accept_forever, args=(listener, self.forward, port), daemon=True).start()
+        ports = ",".join(map(str, self.forward_ports))
+        log(f"egress (CONNECT) on {self.socket_path}; forwarding {GATEWAY_IP}:{{{ports}}} in {self.netns} "
+            f"-> {LOOPBACK}")
         self.accept_forever(uds, self.serve_connect)
 
 
@@ -153,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="netd", description=__doc__.splitlines()[0])
     parser.add_argument("--netns", required=True, help="the cluster network namespace")
     parser.add_argument("--socket", type=Path, required=True, help="unix socket of the API server's egress")
-    parser.add_argument("--api-port", type=int, required=True, help="the API server's port on 127.0.0.1")
+    parser.add_argument("--forward-port", type=int, action="append", required=True,
+                        help="a port on 127.0.0.1 to serve on the cluster bridge's address (repeatable)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("netd: needs root (it enters the cluster's network namespace)")
-    Netd(args.netns, args.socket, args.api_port).run()
+    Netd(args.netns, args.socket, args.forward_port).run()
     return 0
 
 

@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ..conftest import LocalCluster, image_on_real_nodes, real_node_names, run_local_cluster, wait_for
+from ..conftest import (
+    LocalCluster,
+    image_in_registry,
+    image_on_real_nodes,
+    real_node_names,
+    run_local_cluster,
+    wait_for,
+)
 from ..kubetest2_runs import case_properties, junit_cases, suite_properties
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes, pytest.mark.images]
@@ -209,8 +216,18 @@ def test_a_worker_over_its_memory_limit_is_oomkilled_by_the_kernel(repaired: Loc
     run.assert_logs_kept(blamed.group(1))
 
 
-def test_a_worker_image_the_node_cannot_get_fails_naming_the_image(repaired: LocalCluster, tmp_path: Path):
-    missing = "kubetest2-training.local/not-loaded:1"
+def missing_image(where: str) -> str:
+    """An image no node can get: on a host no node resolves, or a tag the cluster's registry lacks
+    (its repository there: the pause image, pushed)."""
+    if where == "unknown host":
+        return "kubetest2-training.local/not-loaded:1"
+    return image_in_registry("pause").rsplit(":", 1)[0] + ":no-such-tag"
+
+
+@pytest.mark.parametrize("where", ["unknown host", "registry without the tag"])
+def test_a_worker_image_the_node_cannot_get_fails_naming_the_image(repaired: LocalCluster, tmp_path: Path,
+                                                                   where: str):
+    missing = missing_image(where)
     run = Run(repaired, tmp_path, missing, {"WORKLOAD_SIZE": "tiny", "POD_FAILURE_GRACE": f"{IMAGE_GRACE_S}s"})
     wait_for(lambda: next((p for p in run.pods() if p.status.container_statuses), None), 120,
              "a pod with a container status")

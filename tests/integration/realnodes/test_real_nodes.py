@@ -17,7 +17,15 @@ import pytest
 from kubernetes import client
 from kubernetes.stream import stream
 
-from ..conftest import REPO, LocalCluster, real_node_names, run_local_cluster, wait_for, watch_pods
+from ..conftest import (
+    REPO,
+    LocalCluster,
+    image_in_registry,
+    real_node_names,
+    run_local_cluster,
+    wait_for,
+    watch_pods,
+)
 
 sys.path.insert(0, str(REPO))
 from localcluster.base.layout import ClusterLayout
@@ -184,6 +192,53 @@ def test_an_image_missing_from_the_node_shows_in_seconds_naming_the_image(real_n
     stuck = watch_pods(real_nodes.core, namespace, waiting, 30, f"the pod to wait with {' or '.join(reasons)}")
     assert time.monotonic() - started < 30
     assert missing in (stuck.status.container_statuses[0].state.waiting.message or ""), stuck.status
+
+
+def pull_events(cluster: LocalCluster, namespace: str, pod_name: str) -> list[str]:
+    """The kubelet's events of one pod (Pulling, Pulled, Failed, BackOff), oldest first."""
+    events = cluster.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod_name}").items
+    return [f"{e.reason}: {e.message}" for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)]
+
+
+@pytest.mark.images
+def test_a_pod_pulls_its_image_by_name_from_the_clusters_registry(real_nodes: LocalCluster, namespace: str):
+    """`hack/images push` puts the pause image (small: the workloads image is the main job's) in the
+    cluster's registry; a pod naming it with Always pulls it on the node, as on any cluster."""
+    image = image_in_registry("pause")
+    assert image.startswith(run_local_cluster("registry").strip() + "/"), image
+    node = real_node_names(real_nodes)[1]
+    real_nodes.core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pulled"},
+        "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": image, "imagePullPolicy": "Always"}]}})
+    watch_pods(real_nodes.core, namespace, phase_in("Running"), 90, "the pod of the pushed image to run")
+
+    def pulled() -> list[str] | None:
+        events = pull_events(real_nodes, namespace, "pulled")
+        return events if any(e.startswith("Pulled: Successfully pulled") for e in events) else None
+
+    events = wait_for(pulled, 30, "the kubelet's Pulled event")
+    assert f'Pulling: Pulling image "{image}"' in events, events
+    assert any(e.startswith(f'Pulled: Successfully pulled image "{image}"') for e in events), events
+
+
+@pytest.mark.images
+def test_a_tag_the_registry_lacks_shows_as_the_pull_error_naming_the_image(real_nodes: LocalCluster,
+                                                                           namespace: str):
+    """The repository is there, the tag is not: the registry answers 404, and the pod waits with
+    ErrImagePull or ImagePullBackOff and a message naming the image (NotFound) within seconds."""
+    missing = image_in_registry("pause").rsplit(":", 1)[0] + ":no-such-tag"
+    node = real_node_names(real_nodes)[0]
+    real_nodes.core.create_namespaced_pod(namespace, pod("untagged", node, "true", image=missing, pull="IfNotPresent"))
+
+    def waiting(p: client.V1Pod) -> bool:
+        statuses = p.status.container_statuses or []
+        return bool(statuses and statuses[0].state.waiting
+                    and statuses[0].state.waiting.reason in ("ErrImagePull", "ImagePullBackOff"))
+
+    stuck = watch_pods(real_nodes.core, namespace, waiting, 30, "the pod to wait with ErrImagePull")
+    message = stuck.status.container_statuses[0].state.waiting.message or ""
+    assert missing in message and "not found" in message, stuck.status
 
 
 def node_ready(cluster: LocalCluster, name: str) -> tuple[bool, str]:

@@ -15,7 +15,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from localcluster.base.layout import ClusterLayout, cluster_id, node_index, node_name
-from localcluster.realnodes import configs, images, netd
+from localcluster.realnodes import configs, images, netd, registry
 
 
 def test_two_state_folders_never_share_a_name(tmp_path: Path):
@@ -98,3 +98,28 @@ def test_the_sandbox_image_builds_pause_as_the_pause_images_dockerfile_does():
     dockerfile = (images.PAUSE_SOURCE.parent / "Dockerfile").read_text()
     assert f"RUN gcc {' '.join(images.PAUSE_CFLAGS)} -o /pause /src/pause.c" in dockerfile
     assert "COPY images/pause/pause.c /src/pause.c" in dockerfile
+
+
+def test_the_nodes_pull_the_registrys_name_from_the_cluster_bridge_over_http(tmp_path: Path):
+    """An image is `127.0.0.1:<port>/...` on the machine and in a pod spec; inside a node 127.0.0.1
+    is the node's own, so containerd's hosts.toml for that name points at netd's forwarder."""
+    node = ClusterLayout(tmp_path).node(0)
+    text = configs.containerd_config(node, "x/pause:1")
+    assert f'config_path = "{configs.registry_hosts_dir(node)}"' in text
+    assert "discard_unpacked_layers = true" in text
+    hosts = registry.hosts_toml(28110)
+    assert hosts.startswith('server = "http://10.250.0.1:28110"'), hosts
+    assert '[host."http://10.250.0.1:28110"]' in hosts and '"pull", "resolve"' in hosts
+    assert registry.address(28110) == "127.0.0.1:28110"
+    served = yaml.safe_load(configs.dump_yaml(registry.config(tmp_path / "data", 28110)))
+    assert served["http"]["addr"] == "127.0.0.1:28110"
+    assert served["storage"]["filesystem"]["rootdirectory"] == str(tmp_path / "data")
+
+
+def test_the_registry_port_moves_with_the_offset_and_is_no_other_clusters_port():
+    from localcluster.base.settings import DEFAULT_PORTS, Settings
+    ports = Settings.from_env({"KT2T_PORT_OFFSET": "3100", "HOME": "/nonexistent"}).ports
+    assert ports["registry"] == DEFAULT_PORTS["registry"] + 3100
+    # Offsets are multiples of 100: equal last two digits could collide across clusters.
+    endings = [port % 100 for name, port in DEFAULT_PORTS.items() if name != "registry"]
+    assert DEFAULT_PORTS["registry"] % 100 not in endings
