@@ -6,8 +6,6 @@
 - `real_nodes` (session): the same cluster with 2 real nodes (kubelet + containerd each, instance
   type container-cpu) beside the kwok nodes (`hack/local-cluster up --real-nodes 2`); skips the
   test, saying why, where real nodes cannot run (not root).
-- `runs_as_service_account` (session): the real trainings several modules judge, each run once
-  through kubetest2 as the ServiceAccount manifests/rbac.yaml grants (kubetest2_runs.py).
 - `namespace` (per test): a fresh namespace whose `default` ServiceAccount exists; deleted after
   the test unless KT2T_KEEP_NAMESPACES=1.
 - On a test failure the pods (status), events and container logs of its namespace are appended
@@ -25,16 +23,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 from polling import wait_for  # the integration tests import it from here too
-
-if TYPE_CHECKING:
-    from .kubetest2_runs import RunsAsServiceAccount
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "hack" / "local-cluster"
@@ -167,13 +161,6 @@ def real_nodes(cluster: LocalCluster) -> LocalCluster:
         pytest.skip("real nodes need root (network namespaces, mounts, cgroups, containerd)")
     run_local_cluster("up", "--real-nodes", str(REAL_NODE_COUNT))
     return cluster
-
-
-@pytest.fixture(scope="session")
-def runs_as_service_account(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> RunsAsServiceAccount:
-    from .kubetest2_runs import RunsAsServiceAccount  # it imports this module
-
-    return RunsAsServiceAccount(cluster, tmp_path_factory)
 
 
 def real_node_names(cluster: LocalCluster) -> list[str]:

@@ -2,7 +2,7 @@
 
 The real trainings several modules judge (the training suite under torchrun, BERT as an MPIJob, the
 elastic TrainJob) run once per session, as the ServiceAccount manifests/rbac.yaml grants
-(`RunsAsServiceAccount`, the `runs_as_service_account` fixture): each module judges what it is
+(`run_as_service_account`): each module judges what it is
 about from the same artifacts, and test_reliability.py that the least-privilege account ran them.
 """
 
@@ -12,7 +12,7 @@ import os
 import subprocess
 import uuid
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from harness.cluster.labels import MANAGED_BY_LABEL
 from harness.cluster.manifests import rbac_objects
 from harness.config.settings import NCCL_TESTS_IMAGE, WORKLOADS_IMAGE
 
-from .conftest import INJECT, REPO, LocalCluster, canned_by_default, ensure_default_nodes
+from .conftest import DEFAULT_NODE_SHAPE, INJECT, REPO, LocalCluster, canned_by_default, ensure_default_nodes
 
 # e2e-nvidia's opt-in tests (upstream's flags turn them on): a run without those flags skips them.
 OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMps"})
@@ -152,6 +152,12 @@ class SharedRun:
     # (docs/REAL-CLUSTER.md): the ServiceAccount may only read it, so the admin installs it for the
     # run when the cluster lacks it, as on a real cluster.
     needs_cluster_runtime: bool = False
+    # The nodes it runs on (shape, count, EFA per node; the default nodes are put back after it).
+    nodes: tuple[str, int, int] = DEFAULT_NODE_SHAPE
+    # Canned pod logs (the environment's POD_ANNOTATIONS name them) rather than pods that really run.
+    canned: bool = False
+    # The suite its JUnit file is named after, when the binary is one of upstream's names.
+    suite: str = ""
 
 
 # The account runs no installer: mpi-operator is the cluster's (an administrator's install, not granted).
@@ -181,6 +187,19 @@ TRAINJOB_RUN = SharedRun("trainjob-trainings", "e2e-nvidia-training",
                          ("--test.v", f"--test.run=^({'|'.join(TRAINJOB_TRAININGS)})$"),
                          (*TRAINJOB_ENV.items(), *AS_SERVICE_ACCOUNT_ENV), 2400, needs_cluster_runtime=True)
 CLUSTER_RUNTIME = REPO / "manifests" / "addons" / "torch-distributed-runtime.yaml"
+# Upstream's GPU suite under its own name (nvidia.test: upstream's tests alone, the opt-in ones
+# skipping) on two p5 nodes with canned GPU output: test_dropin.py; test_reliability.py runs the
+# project's own GPU tests beside it as the ServiceAccount.
+UPSTREAM_TEST_IMAGE = "public.ecr.aws/example/aws-k8s-tester:nvidia"  # upstream's lines name a real image
+NVIDIA_SUITE_ENV = {"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED_LOG_ANNOTATION}=nvidia-suite",
+                    # The canned tables' average bus bandwidth (36-135 GB/s) is far below the table's
+                    # single-node floors (460 GB/s on p5): the floor is not what these tests are about.
+                    "NCCL_TESTS_MIN_BW": "30"}
+UPSTREAM_NVIDIA_RUN = SharedRun("nvidia-suite", "nvidia.test",
+                                ("--test.v", "--efaEnabled=true", "--skipUnitTestSubcommand=-s test_04",
+                                 f"--nvidiaTestImage={UPSTREAM_TEST_IMAGE}"),
+                                (*NVIDIA_SUITE_ENV.items(), *AS_SERVICE_ACCOUNT_ENV), 600, nodes=("p5", 2, 32),
+                                canned=True, suite="e2e-nvidia")
 
 
 def service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path) -> Path:
@@ -214,39 +233,41 @@ def remove_cluster_rbac(kube: Cluster, objects: list[dict[str, Any]]) -> None:
             kube.delete(kube.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"])
 
 
-@dataclass
-class RunsAsServiceAccount:
-    """Each SharedRun once per session through kubetest2, as the ServiceAccount (its own namespace
-    and the ClusterRole and binding, removed again when the run ends, so that the RBAC tests find
-    the cluster as they expect it)."""
+# The shared runs of this pytest session, by what was run (this module is imported once a session).
+_RUNS: dict[SharedRun, SuiteRun] = {}
 
-    cluster: LocalCluster
-    tmp: pytest.TempPathFactory
-    runs: dict[SharedRun, SuiteRun] = field(default_factory=dict)
 
-    def run(self, spec: SharedRun) -> SuiteRun:
-        if spec not in self.runs:
-            self.runs[spec] = self._run(spec)
-        return self.runs[spec]
+def run_as_service_account(cluster: LocalCluster, tmp: pytest.TempPathFactory, spec: SharedRun) -> SuiteRun:
+    """`spec` through kubetest2 as the ServiceAccount, once a session: later calls, from any module,
+    get that run. It has its own namespace, and the ClusterRole and binding are removed when it ends,
+    so that the RBAC tests find the cluster as they expect it."""
+    if spec not in _RUNS:
+        _RUNS[spec] = _run_as_service_account(cluster, tmp, spec)
+    return _RUNS[spec]
 
-    def _run(self, spec: SharedRun) -> SuiteRun:
-        ensure_default_nodes(self.cluster)
-        root = self.tmp.mktemp(spec.name)
-        namespace = f"kt2t-sa-{spec.name}-{uuid.uuid4().hex[:5]}"
-        self.cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-            name=namespace, labels={"app.kubernetes.io/managed-by": "kubetest2-training-integration"})))
-        kube, objects = apply_rbac(self.cluster, namespace)
-        installed = spec.needs_cluster_runtime and not self.cluster.kubectl(
-            "get", "clustertrainingruntimes", "--ignore-not-found", "-o", "name", "torch-distributed").strip()
+
+def _run_as_service_account(cluster: LocalCluster, tmp: pytest.TempPathFactory, spec: SharedRun) -> SuiteRun:
+    if spec.nodes == DEFAULT_NODE_SHAPE:
+        ensure_default_nodes(cluster)
+    else:
+        cluster.set_nodes(*spec.nodes)
+    root = tmp.mktemp(spec.name)
+    namespace = f"kt2t-sa-{spec.name}-{uuid.uuid4().hex[:5]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=namespace, labels={"app.kubernetes.io/managed-by": "kubetest2-training-integration"})))
+    kube, objects = apply_rbac(cluster, namespace)
+    installed = spec.needs_cluster_runtime and not cluster.kubectl(
+        "get", "clustertrainingruntimes", "--ignore-not-found", "-o", "name", "torch-distributed").strip()
+    if installed:
+        cluster.kubectl("apply", "-f", str(CLUSTER_RUNTIME))
+    try:
+        kubeconfig = service_account_kubeconfig(cluster, namespace, root / "sa.kubeconfig")
+        done = kubetest2(cluster, root / "artifacts", "exec", spec.binary, *spec.args, env=dict(spec.env),
+                         canned=spec.canned, timeout=spec.timeout, kubeconfig=kubeconfig)
+    finally:
+        ensure_default_nodes(cluster)
         if installed:
-            self.cluster.kubectl("apply", "-f", str(CLUSTER_RUNTIME))
-        try:
-            kubeconfig = service_account_kubeconfig(self.cluster, namespace, root / "sa.kubeconfig")
-            done = kubetest2(self.cluster, root / "artifacts", "exec", spec.binary, *spec.args, env=dict(spec.env),
-                             canned=False, timeout=spec.timeout, kubeconfig=kubeconfig)
-        finally:
-            if installed:
-                self.cluster.kubectl("delete", "-f", str(CLUSTER_RUNTIME), "--ignore-not-found")
-            remove_cluster_rbac(kube, objects)
-            self.cluster.core.delete_namespace(namespace, propagation_policy="Background")
-        return SuiteRun(spec.binary, root / "artifacts", done)
+            cluster.kubectl("delete", "-f", str(CLUSTER_RUNTIME), "--ignore-not-found")
+        remove_cluster_rbac(kube, objects)
+        cluster.core.delete_namespace(namespace, propagation_policy="Background")
+    return SuiteRun(spec.suite or spec.binary, root / "artifacts", done)

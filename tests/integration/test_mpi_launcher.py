@@ -22,11 +22,11 @@ from .kubetest2_runs import (
     MPI_RUN,
     MPI_TRAININGS,
     VENV_BIN,
-    RunsAsServiceAccount,
     case_properties,
     junit_cases,
     kubetest2,
     kubetest2_command,
+    run_as_service_account,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.workloads]
@@ -57,9 +57,9 @@ def assert_every_rank_placed_on_its_worker(artifacts: Path, test: str, job: str,
     assert (props["launcher.runs"], props["launcher.failed"]) == ("1", "0")
 
 
-def test_training_suite_trains_for_real_through_mpirun(runs_as_service_account: RunsAsServiceAccount):
+def test_training_suite_trains_for_real_through_mpirun(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory):
     # The run is shared (as the ServiceAccount, once a session): test_reliability.py judges its RBAC.
-    run = runs_as_service_account.run(MPI_RUN)
+    run = run_as_service_account(cluster, tmp_path_factory, MPI_RUN)
     artifacts, done = run.artifacts, run.done
     assert done.returncode == 0, done.stdout + done.stderr
     cases = junit_cases(artifacts, "e2e-nvidia-training")

@@ -19,19 +19,19 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from .conftest import INJECT, LocalCluster, run_local_cluster, wait_for
+from .conftest import INJECT, LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
 from .kubetest2_runs import (
-    AS_SERVICE_ACCOUNT_ENV,
     MPI_RUN,
     OPT_IN_TESTS,
     TRAINING_SUITE,
     TRAINJOB_RUN,
-    RunsAsServiceAccount,
+    UPSTREAM_NVIDIA_RUN,
     SuiteRun,
     apply_rbac,
     case_properties,
     junit_cases,
     remove_cluster_rbac,
+    run_as_service_account,
     service_account_kubeconfig,
     suite_properties,
 )
@@ -219,44 +219,47 @@ def test_kubectl_auth_can_i_as_the_service_account(cluster: LocalCluster, namesp
         {f"{verb} {what}": "no" for verb, what in DENIED}
 
 
-# Every test of both binaries as the ServiceAccount, in as few runs as cover them: the GPU suite on
-# canned p5 nodes (the device plugins installed by the account itself), the training suite really
-# training on the CPU nodes: the run test_training_suites.py judges (kubetest2_runs.py, shared).
-# mpi-operator is the cluster's (an administrator's install: not granted).
-GPU_SUITE_AS_SERVICE_ACCOUNT = (("p5", 2, 32), ["--efaEnabled=true", "--skipUnitTestSubcommand=-s test_04",
-                                                "--nvidiaTestImage=public.ecr.aws/example/aws-k8s-tester:nvidia"],
-                                {"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{INJECT}canned-log=nvidia-suite",
-                                 "NCCL_TESTS_MIN_BW": "30", **dict(AS_SERVICE_ACCOUNT_ENV)})
-
-
-def run_gpu_suite_as_the_service_account(cluster: LocalCluster, namespace: str, tmp_path: Path) -> SuiteRun:
-    shape, args, env = GPU_SUITE_AS_SERVICE_ACCOUNT
+# Every test of both binaries as the ServiceAccount, in as few runs as cover them, shared with the
+# modules that judge the runs themselves (kubetest2_runs.py): the GPU suite on canned p5 nodes (the
+# device plugins installed by the account itself), upstream's tests under upstream's name as
+# test_dropin.py runs them and the project's own beside them; the training suite really training on
+# the CPU nodes, as test_training_suites.py runs it. mpi-operator is the cluster's (an
+# administrator's install: not granted).
+def run_own_gpu_tests_as_the_service_account(cluster: LocalCluster, namespace: str, tmp_path: Path,
+                                             tests: list[str]) -> SuiteRun:
+    """e2e-nvidia's `tests` (those upstream's name does not run) on the p5 nodes UPSTREAM_NVIDIA_RUN has."""
     try:
-        cluster.set_nodes(*shape)
+        cluster.set_nodes(*UPSTREAM_NVIDIA_RUN.nodes)
         kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
         artifacts = tmp_path / "artifacts"
-        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts), **env}
-        done = subprocess.run([str(Path(sys.executable).parent / "e2e-nvidia"), "--test.v", *args], env=full_env,
+        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts),
+                    **dict(UPSTREAM_NVIDIA_RUN.env)}
+        done = subprocess.run([str(Path(sys.executable).parent / "e2e-nvidia"), *UPSTREAM_NVIDIA_RUN.args,
+                               f"--test.run=^({'|'.join(tests)})$"], env=full_env,
                               capture_output=True, text=True, timeout=1500, check=False)
     finally:
-        cluster.set_nodes("cpu", 2, 0)
+        ensure_default_nodes(cluster)
     return SuiteRun("e2e-nvidia", artifacts, done)
 
 
 @pytest.mark.parametrize("binary", ["e2e-nvidia", "e2e-nvidia-training"])
 def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: LocalCluster, binary: str, tmp_path: Path,
-                                                                    runs_as_service_account: RunsAsServiceAccount,
+                                                                    tmp_path_factory: pytest.TempPathFactory,
                                                                     request: pytest.FixtureRequest):
-    if binary == "e2e-nvidia":
-        namespace = request.getfixturevalue("namespace")
-        request.getfixturevalue("rbac")
-        run = run_gpu_suite_as_the_service_account(cluster, namespace, tmp_path)
-    else:  # the shared run makes its own account, namespace and binding
-        run = runs_as_service_account.run(TRAINING_SUITE)
-    assert run.done.returncode == 0, run.done.stdout[-6000:]
-    cases = run.cases()
     listed = subprocess.run([str(Path(sys.executable).parent / binary), "--test.list=.*"], capture_output=True,
                             text=True, check=True).stdout.split()
+    runs = [run_as_service_account(cluster, tmp_path_factory,
+                                   UPSTREAM_NVIDIA_RUN if binary == "e2e-nvidia" else TRAINING_SUITE)]
+    if binary == "e2e-nvidia":
+        own = [test for test in listed if test not in runs[0].cases()]
+        assert own, "every e2e-nvidia test runs under upstream's name: nothing of the project's own to run"
+        namespace = request.getfixturevalue("namespace")
+        request.getfixturevalue("rbac")
+        runs.append(run_own_gpu_tests_as_the_service_account(cluster, namespace, tmp_path, own))
+    cases = {}
+    for run in runs:
+        assert run.done.returncode == 0, run.done.stdout[-6000:] + run.done.stderr[-3000:]
+        cases.update(run.cases())
     assert set(listed) <= set(cases), f"not run as the ServiceAccount: {set(listed) - set(cases)}"
     # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
     failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
@@ -272,10 +275,11 @@ LAUNCHERS_AS_SERVICE_ACCOUNT = {"mpi": (MPI_RUN, "TestBertTraining"), "trainjob"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS_AS_SERVICE_ACCOUNT)
-def test_each_launcher_trains_for_real_as_the_service_account(runs_as_service_account: RunsAsServiceAccount,
+def test_each_launcher_trains_for_real_as_the_service_account(cluster: LocalCluster,
+                                                              tmp_path_factory: pytest.TempPathFactory,
                                                               launcher: str):
     spec, test = LAUNCHERS_AS_SERVICE_ACCOUNT[launcher]
-    run = runs_as_service_account.run(spec)
+    run = run_as_service_account(cluster, tmp_path_factory, spec)
     assert run.done.returncode == 0, run.done.stdout[-6000:]
     assert run.cases()[test].is_passed, run.cases()[test].result
 

@@ -18,11 +18,11 @@ from report_in_browser import check_run_page
 from .conftest import LocalCluster, ensure_default_nodes
 from .kubetest2_runs import (
     TRAINING_SUITE,
-    RunsAsServiceAccount,
     SuiteRun,
     assert_runner_junit_intact,
     case_properties,
     kubetest2,
+    run_as_service_account,
     suite_properties,
 )
 
@@ -38,8 +38,8 @@ TRAINING_TESTS = {  # test -> its throughput key in the workload's metrics
 
 
 @pytest.fixture(scope="module")
-def training(runs_as_service_account: RunsAsServiceAccount) -> SuiteRun:
-    return runs_as_service_account.run(TRAINING_SUITE)
+def training(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
+    return run_as_service_account(cluster, tmp_path_factory, TRAINING_SUITE)
 
 
 @pytest.fixture(scope="module")

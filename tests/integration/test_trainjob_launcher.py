@@ -21,10 +21,10 @@ from .kubetest2_runs import (
     TRAINJOB_ENV,
     TRAINJOB_RUN,
     TRAINJOB_TRAININGS,
-    RunsAsServiceAccount,
     case_properties,
     junit_cases,
     kubetest2,
+    run_as_service_account,
     suite_properties,
 )
 
@@ -38,11 +38,12 @@ ENV = TRAINJOB_ENV
 
 
 @pytest.fixture(scope="module")
-def trained(runs_as_service_account: RunsAsServiceAccount) -> Path:
+def trained(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The run is shared (as the ServiceAccount, once a session): test_reliability.py judges its RBAC.
-    done = runs_as_service_account.run(TRAINJOB_RUN).done
+    run = run_as_service_account(cluster, tmp_path_factory, TRAINJOB_RUN)
+    done = run.done
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    return runs_as_service_account.run(TRAINJOB_RUN).artifacts
+    return run.artifacts
 
 
 def test_the_training_tests_pass_as_trainjobs_with_every_rank_placed(trained: Path):
