@@ -4,7 +4,9 @@ An image's inputs are its Dockerfile, the files its COPY steps read (listed here
 Dockerfile they serve), the stand-in bases it starts from (by recipe), the images it builds on (by
 their own hash) and its tag. A change to any of them, and to nothing else, gives a new hash and so a
 rebuild: editing harness/ rebuilds the kubetest2 image only, editing workloads/ the workloads image
-and what builds on it.
+and what builds on it. An input an image uses only in part is hashed in that part alone (PARTS):
+pyproject.toml's linter and pytest settings, and the project's README (the kubetest2 image copies
+images/kubetest2/README.md in its place), rebuild nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,27 @@ IGNORED = ("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".mypy_cache"
 # Files inside an image's input folders that no COPY takes (also in .dockerignore): the workloads
 # image's Dockerfile is its recipe, not part of the workloads package (nor of the kubetest2 image).
 EXCLUDED = ("workloads/Dockerfile",)
+
+
+def packaging_tables(path: Path) -> bytes:
+    """pyproject.toml as `pip install .` reads it: every table but [tool.*], and [tool.setuptools.*],
+    without comment lines. The rest ([tool.ruff], [tool.pytest.ini_options]) stays in the build stage
+    pip runs in and never reaches an image, so an edit there (a marker, a lint rule) must not rebuild
+    one. Line by line (a table starts at a `[` in column 0), not tomllib: Python 3.10 has none."""
+    kept: list[str] = []
+    keep = True
+    for line in path.read_text(encoding="utf-8").splitlines():
+        header = re.match(r"\[\[?\s*([^\]\s]+)", line)
+        if header:
+            table = header.group(1)
+            keep = not table.startswith("tool.") or table.startswith("tool.setuptools")
+        if keep and line.strip() and not line.lstrip().startswith("#"):
+            kept.append(line.rstrip())
+    return "\n".join(kept).encode()
+
+
+# Inputs an image's build reads in part, and the part: that is hashed instead of the whole file.
+PARTS: dict[str, Callable[[Path], bytes]] = {"pyproject.toml": packaging_tables}
 
 
 @dataclass(frozen=True)
@@ -49,9 +73,11 @@ SPECS: dict[str, ImageSpec] = {spec.name: spec for spec in (
     ImageSpec("workloads", "workloads/Dockerfile", ("workloads",), bases=("debian:bookworm-slim",)),
     ImageSpec("nccl-tests", "images/nccl-tests/Dockerfile", (), needs=("workloads",),
               external_bases=("CUDA_DEVEL_IMAGE",)),
-    # What Dockerfile.kubetest2's COPY steps read.
+    # What Dockerfile.kubetest2's COPY steps read (images/kubetest2/README.md stands in for the
+    # project's README as the package's description: a docs edit rebuilds no image).
     ImageSpec("kubetest2", "Dockerfile.kubetest2",
-              ("hack/go/kubetest2", "pyproject.toml", "README.md", "harness", "testbins", "manifests", "workloads"),
+              ("hack/go/kubetest2", "pyproject.toml", "images/kubetest2/README.md", "harness", "testbins", "manifests",
+               "workloads"),
               bases=("debian:bookworm-slim", "golang:1.25-bookworm")),
 )}
 
@@ -101,7 +127,8 @@ def input_hash(name: str, base_recipes: dict[str, str], repo: Path = REPO) -> st
     for path in files:
         # The executable bit travels into the image (COPY keeps modes); other mode bits do not matter.
         executable = "x" if os.access(path, os.X_OK) else "-"
-        add(f"file {path.relative_to(repo)} {executable}", path.read_bytes())
+        rel = path.relative_to(repo).as_posix()
+        add(f"file {rel} {executable}", PARTS[rel](path) if rel in PARTS else path.read_bytes())
     for base in image.bases:
         add(f"base {base}", base_recipes[base].encode())
     for other in image.needs:

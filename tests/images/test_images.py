@@ -38,6 +38,7 @@ def repo(tmp_path: Path) -> Path:
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "notes.md").write_text("read by no image\n")
+    shutil.copy2(REPO / "README.md", tmp_path / "README.md")
     return tmp_path
 
 
@@ -67,11 +68,31 @@ def test_hash_is_stable_and_differs_per_image(repo: Path):
     ("images/pause/pause.c", {"pause"}),
     ("images/pause/Dockerfile", {"pause"}),
     ("bench/notes.md", set()),
+    # The project's README is documentation; the kubetest2 image's package description is its own file.
+    ("README.md", set()),
+    ("images/kubetest2/README.md", {"kubetest2"}),
 ])
 def test_an_edit_rebuilds_exactly_the_images_made_of_it(repo: Path, edit: str, rebuilt: set[str]):
     before = hashes(repo)
     with (repo / edit).open("a") as file:
         file.write("\n# an edit\n")
+    assert changed(before, hashes(repo)) == rebuilt
+
+
+@pytest.mark.parametrize(("old", "new", "rebuilt"), [
+    # Settings pip never reads (the linter's, pytest's) and comments rebuild nothing.
+    ("line-length = 120", "line-length = 121", set()),
+    ('testpaths = ["tests"]', 'testpaths = ["tests", "bench"]', set()),
+    ("[build-system]", "# a comment\n[build-system]", set()),
+    # What the installed package is made of rebuilds the image that installs it.
+    ('"PyYAML>=6",', '"PyYAML>=6.0.1",', {"kubetest2"}),
+    ('"harness.verdict" = ["thresholds.yaml"]', '"harness.verdict" = ["thresholds.yaml", "*.json"]', {"kubetest2"}),
+])
+def test_pyproject_counts_only_in_what_pip_reads(repo: Path, old: str, new: str, rebuilt: set[str]):
+    before = hashes(repo)
+    pyproject = repo / "pyproject.toml"
+    assert old in pyproject.read_text()
+    pyproject.write_text(pyproject.read_text().replace(old, new, 1))
     assert changed(before, hashes(repo)) == rebuilt
 
 

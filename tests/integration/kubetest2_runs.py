@@ -1,18 +1,33 @@
-"""Running the suites through the real kubetest2 binary (noop deployer) and reading their JUnit."""
+"""Running the suites through the real kubetest2 binary (noop deployer) and reading their JUnit.
+
+The real trainings several modules judge (the training suite under torchrun, BERT as an MPIJob, the
+elastic TrainJob) run once per session, as the ServiceAccount manifests/rbac.yaml grants
+(`run_as_service_account`): each module judges what it is
+about from the same artifacts, and test_reliability.py that the least-privilege account ran them.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import junitparser
+import pytest
+import yaml
+from kubernetes import client
+from tiers import trainings
 
+from harness.cluster.client import Cluster
+from harness.cluster.labels import MANAGED_BY_LABEL
+from harness.cluster.manifests import rbac_objects
 from harness.config.settings import NCCL_TESTS_IMAGE, WORKLOADS_IMAGE
 
-from .conftest import INJECT, REPO, LocalCluster, canned_by_default
+from .conftest import DEFAULT_NODE_SHAPE, INJECT, REPO, LocalCluster, canned_by_default, ensure_default_nodes
 
 # e2e-nvidia's opt-in tests (upstream's flags turn them on): a run without those flags skips them.
 OPT_IN_TESTS = frozenset({"TestDcgmDiagnostics", "TestTimeSlicing", "TestMps"})
@@ -50,11 +65,13 @@ class Kubetest2Command:
 
 
 def kubetest2_command(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
-                      env: dict[str, str] | None = None, canned: bool = True) -> Kubetest2Command:
+                      env: dict[str, str] | None = None, canned: bool = True,
+                      kubeconfig: Path | None = None) -> Kubetest2Command:
     """`kubetest2 noop --kubeconfig=<cluster> --test=<tester> -- <args>` on CPU nodes.
 
     canned=True gives the pods a canned log (tests whose names say canned_logs); canned=False lets
     the local cluster run them for real, judging stragglers as SHARED_HOST_STRAGGLER_ENV says.
+    kubeconfig: whose credentials the run uses (default: the cluster's admin).
     """
     # The local cluster has the project's images imported: set, as a user of upstream's names must
     # (under nvidia.test a default project image fails at once: harness/jobs/images.py), and from no
@@ -67,16 +84,16 @@ def kubetest2_command(cluster: LocalCluster, artifacts: Path, tester: str, *args
     if canned:
         full_env["POD_ANNOTATIONS"] = canned_by_default_env(full_env.get("POD_ANNOTATIONS", ""))
     full_env.pop("KUBECONFIG", None)  # the deployer's --kubeconfig must be what reaches the tester
-    command = ["kubetest2", "noop", f"--kubeconfig={cluster.kubeconfig}", f"--artifacts={artifacts}",
+    command = ["kubetest2", "noop", f"--kubeconfig={kubeconfig or cluster.kubeconfig}", f"--artifacts={artifacts}",
                f"--rundir={artifacts.parent / 'rundir'}", f"--test={tester}", "--", *args]
     return Kubetest2Command(command, full_env, artifacts.parent)
 
 
 def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
               env: dict[str, str] | None = None, timeout: float = 300,
-              canned: bool = True) -> subprocess.CompletedProcess[str]:
+              canned: bool = True, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run kubetest2_command(...) to its end; its output captured."""
-    command = kubetest2_command(cluster, artifacts, tester, *args, env=env, canned=canned)
+    command = kubetest2_command(cluster, artifacts, tester, *args, env=env, canned=canned, kubeconfig=kubeconfig)
     return subprocess.run(command.args, capture_output=True, text=True, env=command.env, timeout=timeout,
                           cwd=command.cwd, check=False)
 
@@ -102,3 +119,155 @@ def assert_runner_junit_intact(artifacts: Path) -> None:
     runner = ET.parse(artifacts / "junit_runner.xml").getroot()
     names = [case.get("name") for case in runner.iter("testcase")]
     assert "Test" in names, names  # kubetest2's own phases, untouched by the tester
+
+
+# ---- runs shared by several modules, as the least-privilege ServiceAccount --------------------------
+
+
+@dataclass
+class SuiteRun:
+    """One kubetest2 run of a suite and where its artifacts are."""
+
+    binary: str
+    artifacts: Path
+    done: subprocess.CompletedProcess[str]
+
+    def cases(self) -> dict[str, junitparser.TestCase]:
+        return junit_cases(self.artifacts, self.binary)
+
+    def test_dir(self, test: str) -> Path:
+        return self.artifacts / self.binary / test
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A real run that more than one test module judges (see the module's docstring)."""
+
+    name: str
+    binary: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    timeout: float
+    # The TrainJob's cluster-wide runtime is the platform's, as Trainer itself is
+    # (docs/REAL-CLUSTER.md): the ServiceAccount may only read it, so the admin installs it for the
+    # run when the cluster lacks it, as on a real cluster.
+    needs_cluster_runtime: bool = False
+    # The nodes it runs on (shape, count, EFA per node; the default nodes are put back after it).
+    nodes: tuple[str, int, int] = DEFAULT_NODE_SHAPE
+    # Canned pod logs (the environment's POD_ANNOTATIONS name them) rather than pods that really run.
+    canned: bool = False
+    # The suite its JUnit file is named after, when the binary is one of upstream's names.
+    suite: str = ""
+
+
+# The account runs no installer: mpi-operator is the cluster's (an administrator's install, not granted).
+AS_SERVICE_ACCOUNT_ENV = (("INSTALL_MPI_OPERATOR", "false"),)
+# Every test of the training suite under torchrun (test_training_suites.py; and test_reliability.py:
+# every test of the binary as the ServiceAccount).
+TRAINING_SUITE = SharedRun("training-suite", "e2e-nvidia-training", ("--test.v",),
+                           (("WORKLOAD_SIZE", "tiny"), ("JOB_TIMEOUT", "10m"), *AS_SERVICE_ACCOUNT_ENV), 1500)
+# LAUNCHER=mpi: BERT (upstream's MPIJob workload) in every pass, nanoGPT and MNIST in the full tier;
+# the elastic test skips (it is torchrun's). test_mpi_launcher.py; test_reliability.py.
+MPI_EVERY_TRAINING = {"TestBertTraining": "bert-training", "TestNanoGPTTraining": "nanogpt-training",
+                      "TestMNISTTraining": "mnist-training"}
+MPI_TRAININGS = {test: MPI_EVERY_TRAINING[test]
+                 for test in trainings(tuple(MPI_EVERY_TRAINING), ("TestBertTraining",))}
+MPI_RUN = SharedRun("mpi-trainings", "e2e-nvidia-training",
+                    ("--test.v", f"--test.run=^({'|'.join(MPI_TRAININGS)}|TestElasticRecovery)$"),
+                    (("LAUNCHER", "mpi"), ("WORKLOAD_SIZE", "tiny"), *AS_SERVICE_ACCOUNT_ENV), 420)
+# LAUNCHER=trainjob: the elastic test in every pass (a TrainJob that trains nanoGPT, loses a pod,
+# restarts its JobSet and resumes), the other three in the full tier: the torchrun and real-node
+# tests train them every pass. test_trainjob_launcher.py; test_reliability.py.
+TRAINJOB_EVERY_TRAINING = {"TestBertTraining": "throughput", "TestNanoGPTTraining": "tokens_per_s",
+                           "TestMNISTTraining": "samples_per_s", "TestElasticRecovery": "tokens_per_s"}
+TRAINJOB_TRAININGS = {test: TRAINJOB_EVERY_TRAINING[test]
+                      for test in trainings(tuple(TRAINJOB_EVERY_TRAINING), ("TestElasticRecovery",))}
+TRAINJOB_ENV = {"LAUNCHER": "trainjob", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m"}
+TRAINJOB_RUN = SharedRun("trainjob-trainings", "e2e-nvidia-training",
+                         ("--test.v", f"--test.run=^({'|'.join(TRAINJOB_TRAININGS)})$"),
+                         (*TRAINJOB_ENV.items(), *AS_SERVICE_ACCOUNT_ENV), 2400, needs_cluster_runtime=True)
+CLUSTER_RUNTIME = REPO / "manifests" / "addons" / "torch-distributed-runtime.yaml"
+# Upstream's GPU suite under its own name (nvidia.test: upstream's tests alone, the opt-in ones
+# skipping) on two p5 nodes with canned GPU output: test_dropin.py; test_reliability.py runs the
+# project's own GPU tests beside it as the ServiceAccount.
+UPSTREAM_TEST_IMAGE = "public.ecr.aws/example/aws-k8s-tester:nvidia"  # upstream's lines name a real image
+NVIDIA_SUITE_ENV = {"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED_LOG_ANNOTATION}=nvidia-suite",
+                    # The canned tables' average bus bandwidth (36-135 GB/s) is far below the table's
+                    # single-node floors (460 GB/s on p5): the floor is not what these tests are about.
+                    "NCCL_TESTS_MIN_BW": "30"}
+UPSTREAM_NVIDIA_RUN = SharedRun("nvidia-suite", "nvidia.test",
+                                ("--test.v", "--efaEnabled=true", "--skipUnitTestSubcommand=-s test_04",
+                                 f"--nvidiaTestImage={UPSTREAM_TEST_IMAGE}"),
+                                (*NVIDIA_SUITE_ENV.items(), *AS_SERVICE_ACCOUNT_ENV), 600, nodes=("p5", 2, 32),
+                                canned=True, suite="e2e-nvidia")
+
+
+def service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as kubetest2-training in `namespace` (a TokenRequest)."""
+    token = cluster.core.create_namespaced_service_account_token(
+        "kubetest2-training", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
+    }))
+    return path
+
+
+def apply_rbac(cluster: LocalCluster, namespace: str) -> tuple[Cluster, list[dict[str, Any]]]:
+    """manifests/rbac.yaml's objects with the ServiceAccount in `namespace`, applied."""
+    kube = Cluster.connect(str(cluster.kubeconfig))
+    objects = rbac_objects(namespace, {MANAGED_BY_LABEL: "kubetest2-training"})
+    for obj in objects:
+        kube.apply(obj)
+    return kube, objects
+
+
+def remove_cluster_rbac(kube: Cluster, objects: list[dict[str, Any]]) -> None:
+    """Deletes apply_rbac's cluster-scoped objects (the ServiceAccount goes with its namespace)."""
+    for obj in objects:
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            kube.delete(kube.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"])
+
+
+# The shared runs of this pytest session, by what was run (this module is imported once a session).
+_RUNS: dict[SharedRun, SuiteRun] = {}
+
+
+def run_as_service_account(cluster: LocalCluster, tmp: pytest.TempPathFactory, spec: SharedRun) -> SuiteRun:
+    """`spec` through kubetest2 as the ServiceAccount, once a session: later calls, from any module,
+    get that run. It has its own namespace, and the ClusterRole and binding are removed when it ends,
+    so that the RBAC tests find the cluster as they expect it."""
+    if spec not in _RUNS:
+        _RUNS[spec] = _run_as_service_account(cluster, tmp, spec)
+    return _RUNS[spec]
+
+
+def _run_as_service_account(cluster: LocalCluster, tmp: pytest.TempPathFactory, spec: SharedRun) -> SuiteRun:
+    if spec.nodes == DEFAULT_NODE_SHAPE:
+        ensure_default_nodes(cluster)
+    else:
+        cluster.set_nodes(*spec.nodes)
+    root = tmp.mktemp(spec.name)
+    namespace = f"kt2t-sa-{spec.name}-{uuid.uuid4().hex[:5]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=namespace, labels={"app.kubernetes.io/managed-by": "kubetest2-training-integration"})))
+    kube, objects = apply_rbac(cluster, namespace)
+    installed = spec.needs_cluster_runtime and not cluster.kubectl(
+        "get", "clustertrainingruntimes", "--ignore-not-found", "-o", "name", "torch-distributed").strip()
+    if installed:
+        cluster.kubectl("apply", "-f", str(CLUSTER_RUNTIME))
+    try:
+        kubeconfig = service_account_kubeconfig(cluster, namespace, root / "sa.kubeconfig")
+        done = kubetest2(cluster, root / "artifacts", "exec", spec.binary, *spec.args, env=dict(spec.env),
+                         canned=spec.canned, timeout=spec.timeout, kubeconfig=kubeconfig)
+    finally:
+        ensure_default_nodes(cluster)
+        if installed:
+            cluster.kubectl("delete", "-f", str(CLUSTER_RUNTIME), "--ignore-not-found")
+        remove_cluster_rbac(kube, objects)
+        cluster.core.delete_namespace(namespace, propagation_policy="Background")
+    return SuiteRun(spec.suite or spec.binary, root / "artifacts", done)

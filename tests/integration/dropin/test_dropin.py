@@ -27,22 +27,23 @@ from harness.setup.addons import EFA_DEVICE_PLUGIN, MPI_OPERATOR, NVIDIA_DEVICE_
 from ..conftest import LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
 from ..kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
 from ..kubetest2_runs import (
+    NVIDIA_SUITE_ENV,
     OPT_IN_TESTS,
+    UPSTREAM_NVIDIA_RUN,
+    UPSTREAM_TEST_IMAGE,
     VENV_BIN,
     case_properties,
     junit_cases,
     kt2t_bin,
     kubetest2,
+    run_as_service_account,
     suite_properties,
 )
 
 pytestmark = pytest.mark.integration
 
-IMAGE = "public.ecr.aws/example/aws-k8s-tester:nvidia"  # upstream's lines name a real image; any reference will do
-NVIDIA_SUITE = {"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}=nvidia-suite",
-                # The canned tables' average bus bandwidth (36-135 GB/s) is far below the table's single-node
-                # floors (460 GB/s on p5): the floor is not what these tests are about.
-                "NCCL_TESTS_MIN_BW": "30"}
+IMAGE = UPSTREAM_TEST_IMAGE  # any reference will do
+NVIDIA_SUITE = NVIDIA_SUITE_ENV
 DEVICE_PLUGIN = ("kube-system", "nvidia-device-plugin-daemonset")
 EFA_PLUGIN = ("kube-system", "aws-efa-k8s-device-plugin-daemonset")
 
@@ -104,12 +105,11 @@ def test_upstream_nccl_ci_line_runs_the_three_multi_node_features(nodes: LocalCl
     assert_installed_and_removed(done, nodes, "e2e-nvidia", artifacts, DEVICE_PLUGIN, EFA_PLUGIN)
 
 
-def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(nodes: LocalCluster, tmp_path: Path):
-    nodes.set_nodes("p5", 2, efa=32)
-    artifacts = tmp_path / "artifacts"
-    done = kubetest2(nodes, artifacts, "exec", "nvidia.test", "--test.v", "--efaEnabled=true",
-                     "--skipUnitTestSubcommand=-s test_04", f"--nvidiaTestImage={IMAGE}", env=NVIDIA_SUITE,
-                     timeout=600)
+def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(cluster: LocalCluster,
+                                                            tmp_path_factory: pytest.TempPathFactory):
+    # The run is shared (as the ServiceAccount, once a session): test_reliability.py judges its RBAC.
+    run = run_as_service_account(cluster, tmp_path_factory, UPSTREAM_NVIDIA_RUN)
+    artifacts, done = run.artifacts, run.done
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     cases = junit_cases(artifacts, "e2e-nvidia")
     upstream = {"TestMPIJobPytorchTraining", "TestMPIJobPytorchTraining/single-node",

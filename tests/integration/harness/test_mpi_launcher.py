@@ -16,18 +16,24 @@ from pathlib import Path
 
 import junitparser
 import pytest
-from tiers import trainings
 
 from ..conftest import LocalCluster, wait_for
-from ..kubetest2_runs import VENV_BIN, case_properties, junit_cases, kubetest2, kubetest2_command
+from ..kubetest2_runs import (
+    MPI_RUN,
+    MPI_TRAININGS,
+    VENV_BIN,
+    case_properties,
+    junit_cases,
+    kubetest2,
+    kubetest2_command,
+    run_as_service_account,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.workloads]
 
 FAULT_SUITE = Path(__file__).resolve().parents[1] / "mpi_fault_suite.py"
-EVERY_TRAINING = {"TestBertTraining": "bert-training", "TestNanoGPTTraining": "nanogpt-training",
-                  "TestMNISTTraining": "mnist-training"}
-# BERT (upstream's MPIJob workload) in every pass, the other two in the full tier.
-TRAININGS = {test: EVERY_TRAINING[test] for test in trainings(tuple(EVERY_TRAINING), ("TestBertTraining",))}
+# BERT (upstream's MPIJob workload) in every pass, the other two in the full tier (kubetest2_runs.py).
+TRAININGS = MPI_TRAININGS
 NODES = {"kwok-cpu-0", "kwok-cpu-1"}
 MPIRUN_LOST_A_WORKER = ("ORTE has lost communication with a remote daemon",
                         "ORTE was unable to reliably start one or more daemons", "closed by remote host")
@@ -51,11 +57,10 @@ def assert_every_rank_placed_on_its_worker(artifacts: Path, test: str, job: str,
     assert (props["launcher.runs"], props["launcher.failed"]) == ("1", "0")
 
 
-def test_training_suite_trains_for_real_through_mpirun(cluster: LocalCluster, tmp_path: Path):
-    artifacts = tmp_path / "artifacts"
-    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia-training", "--test.v",
-                     f"--test.run=^({'|'.join(TRAININGS)}|TestElasticRecovery)$",
-                     env={"LAUNCHER": "mpi", "WORKLOAD_SIZE": "tiny"}, canned=False, timeout=420)
+def test_training_suite_trains_for_real_through_mpirun(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory):
+    # The run is shared (as the ServiceAccount, once a session): test_reliability.py judges its RBAC.
+    run = run_as_service_account(cluster, tmp_path_factory, MPI_RUN)
+    artifacts, done = run.artifacts, run.done
     assert done.returncode == 0, done.stdout + done.stderr
     cases = junit_cases(artifacts, "e2e-nvidia-training")
     for test, job in TRAININGS.items():

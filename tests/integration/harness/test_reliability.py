@@ -18,14 +18,23 @@ from pathlib import Path
 
 import junitparser
 import pytest
-import yaml
-
-from harness.cluster.client import Cluster
-from harness.cluster.labels import MANAGED_BY_LABEL
-from harness.cluster.manifests import rbac_objects
 
 from ..conftest import INJECT, LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
-from ..kubetest2_runs import OPT_IN_TESTS, case_properties, junit_cases, suite_properties
+from ..kubetest2_runs import (
+    MPI_RUN,
+    OPT_IN_TESTS,
+    TRAINING_SUITE,
+    TRAINJOB_RUN,
+    UPSTREAM_NVIDIA_RUN,
+    SuiteRun,
+    apply_rbac,
+    case_properties,
+    junit_cases,
+    remove_cluster_rbac,
+    run_as_service_account,
+    service_account_kubeconfig,
+    suite_properties,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -170,32 +179,11 @@ def test_api_server_restart_mid_wait_resumes(cluster: LocalCluster, tmp_path: Pa
 # ---- least privilege -------------------------------------------------------------------------------
 
 
-def service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as kubetest2-training in `namespace` (a TokenRequest)."""
-    token = cluster.core.create_namespaced_service_account_token(
-        "kubetest2-training", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    server = admin["clusters"][0]["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "local", "cluster": server}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
-    }))
-    return path
-
-
 @pytest.fixture
 def rbac(cluster: LocalCluster, namespace: str):
-    kube = Cluster.connect(str(cluster.kubeconfig))
-    labels = {MANAGED_BY_LABEL: "kubetest2-training"}
-    objects = rbac_objects(namespace, labels)
-    for obj in objects:
-        kube.apply(obj)
+    kube, objects = apply_rbac(cluster, namespace)
     yield kube, objects
-    for obj in objects:
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            kube.delete(kube.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"])
+    remove_cluster_rbac(kube, objects)
 
 
 def test_suites_pass_as_the_least_privilege_service_account(cluster: LocalCluster, namespace: str, rbac,
@@ -231,39 +219,47 @@ def test_kubectl_auth_can_i_as_the_service_account(cluster: LocalCluster, namesp
         {f"{verb} {what}": "no" for verb, what in DENIED}
 
 
-# Every test of both binaries as the ServiceAccount, in as few runs as cover them: the GPU suite on
-# canned p5 nodes (the device plugins installed by the account itself), the training suite really
-# training on the CPU nodes. mpi-operator is the cluster's (an administrator's install: not granted).
-SUITES_AS_SERVICE_ACCOUNT = {
-    "e2e-nvidia": (("p5", 2, 32), ["--efaEnabled=true", "--skipUnitTestSubcommand=-s test_04",
-                                   "--nvidiaTestImage=public.ecr.aws/example/aws-k8s-tester:nvidia"],
-                   {"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{INJECT}canned-log=nvidia-suite",
-                    "NCCL_TESTS_MIN_BW": "30", "INSTALL_MPI_OPERATOR": "false"}),
-    "e2e-nvidia-training": (("cpu", 2, 0), [], {"ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m",
-                                                "INSTALL_MPI_OPERATOR": "false"}),
-}
-
-
-@pytest.mark.parametrize("binary", SUITES_AS_SERVICE_ACCOUNT)
-def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: LocalCluster, namespace: str, rbac,
-                                                                    binary: str, tmp_path: Path):
-    shape, args, env = SUITES_AS_SERVICE_ACCOUNT[binary]
+# Every test of both binaries as the ServiceAccount, in as few runs as cover them, shared with the
+# modules that judge the runs themselves (kubetest2_runs.py): the GPU suite on canned p5 nodes (the
+# device plugins installed by the account itself), upstream's tests under upstream's name as
+# test_dropin.py runs them and the project's own beside them; the training suite really training on
+# the CPU nodes, as test_training_suites.py runs it. mpi-operator is the cluster's (an
+# administrator's install: not granted).
+def run_own_gpu_tests_as_the_service_account(cluster: LocalCluster, namespace: str, tmp_path: Path,
+                                             tests: list[str]) -> SuiteRun:
+    """e2e-nvidia's `tests` (those upstream's name does not run) on the p5 nodes UPSTREAM_NVIDIA_RUN has."""
     try:
-        cluster.set_nodes(*shape)
+        cluster.set_nodes(*UPSTREAM_NVIDIA_RUN.nodes)
         kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
         artifacts = tmp_path / "artifacts"
-        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts), **env}
-        if "POD_ANNOTATIONS" not in env:
-            full_env.pop("POD_ANNOTATIONS", None)
-        done = subprocess.run([str(Path(sys.executable).parent / binary), "--test.v", *args], env=full_env,
+        full_env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts),
+                    **dict(UPSTREAM_NVIDIA_RUN.env)}
+        done = subprocess.run([str(Path(sys.executable).parent / "e2e-nvidia"), *UPSTREAM_NVIDIA_RUN.args,
+                               f"--test.run=^({'|'.join(tests)})$"], env=full_env,
                               capture_output=True, text=True, timeout=1500, check=False)
     finally:
-        cluster.set_nodes("cpu", 2, 0)
-    assert done.returncode == 0, done.stdout[-6000:]
-    xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
-    cases = {case.name: case for suite in xml for case in suite}
+        ensure_default_nodes(cluster)
+    return SuiteRun("e2e-nvidia", artifacts, done)
+
+
+@pytest.mark.parametrize("binary", ["e2e-nvidia", "e2e-nvidia-training"])
+def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: LocalCluster, binary: str, tmp_path: Path,
+                                                                    tmp_path_factory: pytest.TempPathFactory,
+                                                                    request: pytest.FixtureRequest):
     listed = subprocess.run([str(Path(sys.executable).parent / binary), "--test.list=.*"], capture_output=True,
                             text=True, check=True).stdout.split()
+    runs = [run_as_service_account(cluster, tmp_path_factory,
+                                   UPSTREAM_NVIDIA_RUN if binary == "e2e-nvidia" else TRAINING_SUITE)]
+    if binary == "e2e-nvidia":
+        own = [test for test in listed if test not in runs[0].cases()]
+        assert own, "every e2e-nvidia test runs under upstream's name: nothing of the project's own to run"
+        namespace = request.getfixturevalue("namespace")
+        request.getfixturevalue("rbac")
+        runs.append(run_own_gpu_tests_as_the_service_account(cluster, namespace, tmp_path, own))
+    cases = {}
+    for run in runs:
+        assert run.done.returncode == 0, run.done.stdout[-6000:] + run.done.stderr[-3000:]
+        cases.update(run.cases())
     assert set(listed) <= set(cases), f"not run as the ServiceAccount: {set(listed) - set(cases)}"
     # The opt-in tests (--dcgmDiagEnabled, --timeSlicingEnabled, --mpsEnabled), as upstream's: they skip.
     failed = {n: c.result for n, c in cases.items() if not (c.is_passed or (c.is_skipped and n in OPT_IN_TESTS))}
@@ -272,37 +268,20 @@ def test_every_test_of_both_binaries_passes_as_the_service_account(cluster: Loca
 
 # One real run, as the ServiceAccount, of each launcher the suites above do not use: an MPIJob (BERT,
 # upstream's MPIJob workload) and the elastic TrainJob, which makes its own TrainingRuntime (the
-# create/patch/delete rights on trainingruntimes in manifests/rbac.yaml). The cluster-wide runtime the
-# TrainJob names is the platform's, as Trainer itself is (docs/REAL-CLUSTER.md): the ServiceAccount
-# may only read it, so the admin installs it here when the cluster lacks it, as on a real cluster.
-LAUNCHERS_AS_SERVICE_ACCOUNT = {"mpi": "TestBertTraining", "trainjob": "TestElasticRecovery"}
-CLUSTER_RUNTIME = Path(__file__).resolve().parents[3] / "manifests" / "addons" / "torch-distributed-runtime.yaml"
+# create/patch/delete rights on trainingruntimes in manifests/rbac.yaml). They are the runs
+# test_mpi_launcher.py and test_trainjob_launcher.py judge (kubetest2_runs.py, shared), whose
+# cluster-wide runtime the admin installs (the platform's, as Trainer itself is).
+LAUNCHERS_AS_SERVICE_ACCOUNT = {"mpi": (MPI_RUN, "TestBertTraining"), "trainjob": (TRAINJOB_RUN, "TestElasticRecovery")}
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS_AS_SERVICE_ACCOUNT)
-def test_each_launcher_trains_for_real_as_the_service_account(cluster: LocalCluster, namespace: str, rbac,
-                                                              launcher: str, tmp_path: Path):
-    test = LAUNCHERS_AS_SERVICE_ACCOUNT[launcher]
-    ensure_default_nodes(cluster)
-    kubeconfig = service_account_kubeconfig(cluster, namespace, tmp_path / "sa.kubeconfig")
-    artifacts = tmp_path / "artifacts"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "ARTIFACTS": str(artifacts), "LAUNCHER": launcher,
-           "ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m", "INSTALL_MPI_OPERATOR": "false"}
-    env.pop("POD_ANNOTATIONS", None)  # a real training, not a canned log
-    installed = launcher == "trainjob" and not cluster.kubectl(
-        "get", "clustertrainingruntimes", "--ignore-not-found", "-o", "name", "torch-distributed").strip()
-    if installed:
-        cluster.kubectl("apply", "-f", str(CLUSTER_RUNTIME))
-    try:
-        done = subprocess.run([str(Path(sys.executable).parent / "e2e-nvidia-training"), "--test.v",
-                               f"--test.run=^{test}$"], env=env, capture_output=True, text=True, timeout=1200,
-                              check=False)
-    finally:
-        if installed:
-            cluster.kubectl("delete", "-f", str(CLUSTER_RUNTIME), "--ignore-not-found")
-    assert done.returncode == 0, done.stdout[-6000:]
-    cases = junit_cases(artifacts, "e2e-nvidia-training")
-    assert cases[test].is_passed, cases[test].result
+def test_each_launcher_trains_for_real_as_the_service_account(cluster: LocalCluster,
+                                                              tmp_path_factory: pytest.TempPathFactory,
+                                                              launcher: str):
+    spec, test = LAUNCHERS_AS_SERVICE_ACCOUNT[launcher]
+    run = run_as_service_account(cluster, tmp_path_factory, spec)
+    assert run.done.returncode == 0, run.done.stdout[-6000:]
+    assert run.cases()[test].is_passed, run.cases()[test].result
 
 
 def test_a_right_removed_is_a_clear_error(cluster: LocalCluster, namespace: str, rbac, tmp_path: Path):

@@ -3,22 +3,28 @@
 What the README's main command runs, judged from the artifacts alone (the JUnit file, the logs,
 manifests and events on disk), as a CI user would: `ACCELERATOR=cpu WORKLOAD_SIZE=tiny` on the
 local cluster's 2 CPU nodes, one process per node, so every test's world size is 2.
-Each suite runs once per module; the tests below read its artifacts.
+Each suite runs once; the tests below read its artifacts. The training suite runs as the
+least-privilege ServiceAccount, once per session: test_reliability.py judges the same run for RBAC.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from subprocess import CompletedProcess
 
-import junitparser
 import pytest
 from browser.chromium import Chromium
 from report_in_browser import check_run_page
 
 from ..conftest import LocalCluster, ensure_default_nodes
-from ..kubetest2_runs import assert_runner_junit_intact, case_properties, junit_cases, kubetest2, suite_properties
+from ..kubetest2_runs import (
+    TRAINING_SUITE,
+    SuiteRun,
+    assert_runner_junit_intact,
+    case_properties,
+    kubetest2,
+    run_as_service_account,
+    suite_properties,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -31,37 +37,18 @@ TRAINING_TESTS = {  # test -> its throughput key in the workload's metrics
 }
 
 
-@dataclass
-class SuiteRun:
-    """One kubetest2 run of a suite and where its artifacts are."""
-
-    binary: str
-    artifacts: Path
-    done: CompletedProcess[str]
-
-    def cases(self) -> dict[str, junitparser.TestCase]:
-        return junit_cases(self.artifacts, self.binary)
-
-    def test_dir(self, test: str) -> Path:
-        return self.artifacts / self.binary / test
-
-
-def run_suite(cluster: LocalCluster, root: Path, binary: str, *args: str) -> SuiteRun:
-    ensure_default_nodes(cluster)
-    artifacts = root / "artifacts"
-    done = kubetest2(cluster, artifacts, "exec", binary, "--test.v", *args, canned=False, timeout=1500,
-                     env={"WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m"})
-    return SuiteRun(binary, artifacts, done)
-
-
 @pytest.fixture(scope="module")
 def training(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
-    return run_suite(cluster, tmp_path_factory.mktemp("training"), "e2e-nvidia-training")
+    return run_as_service_account(cluster, tmp_path_factory, TRAINING_SUITE)
 
 
 @pytest.fixture(scope="module")
 def allreduce(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
-    return run_suite(cluster, tmp_path_factory.mktemp("allreduce"), "e2e-nvidia", "--test.run=TestNCCLAllReduce")
+    ensure_default_nodes(cluster)
+    artifacts = tmp_path_factory.mktemp("allreduce") / "artifacts"
+    done = kubetest2(cluster, artifacts, "exec", "e2e-nvidia", "--test.v", "--test.run=TestNCCLAllReduce",
+                     canned=False, timeout=1500, env={"WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m"})
+    return SuiteRun("e2e-nvidia", artifacts, done)
 
 
 def assert_every_rank_reported(props: dict[str, str], throughput_key: str) -> None:

@@ -15,31 +15,35 @@ import junitparser
 import pytest
 import yaml
 from kubernetes import client
-from tiers import trainings
 
 from ..conftest import INJECT, REPO, LocalCluster, ensure_default_nodes, run_local_cluster, wait_for
-from ..kubetest2_runs import case_properties, junit_cases, kubetest2, suite_properties
+from ..kubetest2_runs import (
+    TRAINJOB_ENV,
+    TRAINJOB_RUN,
+    TRAINJOB_TRAININGS,
+    case_properties,
+    junit_cases,
+    kubetest2,
+    run_as_service_account,
+    suite_properties,
+)
 
 pytestmark = pytest.mark.integration
 
 BINARY = "e2e-nvidia-training"
 WORLD_SIZE = 2  # 2 CPU nodes x 1 process
-EVERY_TRAINING = {"TestBertTraining": "throughput", "TestNanoGPTTraining": "tokens_per_s",
-                  "TestMNISTTraining": "samples_per_s", "TestElasticRecovery": "tokens_per_s"}
-# The elastic test in every pass (a TrainJob that trains nanoGPT, loses a pod, restarts its JobSet and
-# resumes); the other three in the full tier: the torchrun and real-node tests train them every pass.
-TRAINING = {test: EVERY_TRAINING[test] for test in trainings(tuple(EVERY_TRAINING), ("TestElasticRecovery",))}
-ENV = {"LAUNCHER": "trainjob", "WORKLOAD_SIZE": "tiny", "JOB_TIMEOUT": "10m"}
+# The elastic test in every pass, the other three in the full tier (kubetest2_runs.py).
+TRAINING = TRAINJOB_TRAININGS
+ENV = TRAINJOB_ENV
 
 
 @pytest.fixture(scope="module")
 def trained(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ensure_default_nodes(cluster)
-    artifacts = tmp_path_factory.mktemp("trainjob") / "artifacts"
-    done = kubetest2(cluster, artifacts, "exec", BINARY, "--test.v", f"--test.run=^({'|'.join(TRAINING)})$",
-                     canned=False, timeout=2400, env=ENV)
+    # The run is shared (as the ServiceAccount, once a session): test_reliability.py judges its RBAC.
+    run = run_as_service_account(cluster, tmp_path_factory, TRAINJOB_RUN)
+    done = run.done
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    return artifacts
+    return run.artifacts
 
 
 def test_the_training_tests_pass_as_trainjobs_with_every_rank_placed(trained: Path):

@@ -21,10 +21,22 @@ REPO = Path(__file__).resolve().parents[3]
 BINARIES = ("e2e-nvidia-training", "e2e-nvidia", "kubetest2-tester-training", "nvidia.test", "nvidia-training.test")
 
 
-def dockerfile_copies() -> list[str]:
+def dockerfile_copy_steps() -> list[tuple[str, str]]:
+    """(source, where it lands under WORKDIR) for each file or folder the COPY steps take from the
+    build context, as Docker places them: a folder's contents into the destination, a file into a
+    destination ending in `/` under its own name, else as the destination."""
     text = (REPO / "Dockerfile.kubetest2").read_text()
-    return [src.rstrip("/") for line in re.findall(r"^COPY (?!--from)(.+)$", text, re.MULTILINE)
-            for src in line.split()[:-1]]
+    steps = []
+    for line in re.findall(r"^COPY (?!--from)(.+)$", text, re.MULTILINE):
+        *sources, dest = line.split()
+        for src in (source.rstrip("/") for source in sources):
+            into = dest.endswith("/") and not (REPO / src).is_dir()
+            steps.append((src, Path(dest, Path(src).name).as_posix() if into else Path(dest).as_posix()))
+    return steps
+
+
+def dockerfile_copies() -> list[str]:
+    return [src for src, _ in dockerfile_copy_steps()]
 
 
 def test_dockerfile_copies_every_package_and_the_kubetest2_module():
@@ -34,22 +46,25 @@ def test_dockerfile_copies_every_package_and_the_kubetest2_module():
         top = package.split(".")[0]  # a subpackage (harness.*) comes with its top-level folder
         assert top in copied, f"Dockerfile.kubetest2 does not COPY {top}/ (package {package})"
     assert "hack/go/kubetest2" in copied
-    assert {"pyproject.toml", "README.md"} <= set(copied)
+    landed = {dest for _, dest in dockerfile_copy_steps()}
+    assert {"pyproject.toml", "README.md"} <= landed
+    # The project's README is documentation: in the image, its edits would rebuild the image.
+    assert "README.md" not in copied, "Dockerfile.kubetest2 copies the project's README (images/kubetest2/README.md)"
 
 
 @pytest.mark.timeout(600)
 def test_python_stage_installs_without_torch_and_binaries_answer_help(tmp_path):
     # Lay out only what the Dockerfile copies, so a file it forgets makes this fail.
     src = tmp_path / "src"
-    for path in dockerfile_copies():
+    for path, dest in dockerfile_copy_steps():
         if path.startswith("hack/"):
             continue
         origin = REPO / path
         if origin.is_dir():
-            shutil.copytree(origin, src / path, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(origin, src / dest, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            src.mkdir(exist_ok=True)
-            shutil.copy(origin, src / path)
+            (src / dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(origin, src / dest)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
