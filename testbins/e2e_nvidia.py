@@ -24,7 +24,7 @@ from harness.config.settings import DCGM_IMAGE as NVIDIA_DCGM_IMAGE
 from harness.config.settings import Config, Source
 from harness.errors import TestFailure, WaitTimeout
 from harness.framework.context import TestContext
-from harness.framework.suite import Feature, Suite, TestFunc
+from harness.framework.suite import GPU, GPU_EFA, NVIDIA, Feature, Suite, TestFunc
 from harness.jobs.assessment import assess, busbw_baseline, record_verdict
 from harness.jobs.images import image, is_project_image
 from harness.jobs.job import Job, launch
@@ -58,9 +58,6 @@ UPSTREAM_NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "alltoall_perf")
 NCCL_TESTS_DIR = "/opt/nccl-tests/build"
 # A line of `nvidia-smi -L`: one per GPU the pod sees.
 GPU_LINE = re.compile(r"^GPU \d+: ")
-GPU = {"suite": ("nvidia",), "hardware": ("gpu",)}
-GPU_EFA = {"suite": ("nvidia",), "hardware": ("gpu", "efa")}
-NVIDIA = {"suite": ("nvidia",)}
 
 SUITE = Suite("e2e-nvidia", "GPU and interconnect checks: upstream aws-k8s-tester's nvidia suite (MPIJob training and "
               "nccl-tests, GPU unit tests, driver capabilities, containerd config) and this project's bandwidth and "

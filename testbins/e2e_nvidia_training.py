@@ -14,7 +14,7 @@ from harness.cluster.resources import POD, Obj
 from harness.config.settings import Config, Source
 from harness.errors import JobFailed, TestFailure
 from harness.framework.context import TestContext
-from harness.framework.suite import Suite
+from harness.framework.suite import GPU, Suite
 from harness.jobs.assessment import assess
 from harness.jobs.images import image
 from harness.jobs.job import Job, launch
@@ -28,8 +28,6 @@ SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluste
               aliases=("nvidia-training.test",))
 
 # Each workload's size names for WORKLOAD_SIZE tiny / base / large.
-GPU = {"suite": ("nvidia",), "hardware": ("gpu",)}
-
 SIZES = {
     "bert": {"tiny": "tiny", "base": "base", "large": "large"},
     "nanogpt": {"tiny": "tiny", "base": "small", "large": "gpt2"},
