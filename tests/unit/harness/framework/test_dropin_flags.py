@@ -13,6 +13,7 @@ from harness.errors import ConfigError
 from harness.framework.cli import parse_args
 from harness.framework.suite import Feature, Selector, Suite, TestCase, describe_selection, feature_name
 from testbins import e2e_nvidia, e2e_nvidia_training
+from testbins.nvidia.mpi import UPSTREAM_NCCL_TESTS
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "upstream-flags"
 
@@ -118,7 +119,7 @@ def selector(*argv: str) -> Selector:
 
 def test_upstream_nccl_line_selects_the_three_multi_node_features():
     chosen = names(selector("--test.run=^TestMPIJobPytorchTraining$/multi-node"), e2e_nvidia.SUITE)
-    assert chosen == [f"TestMPIJobPytorchTraining/multi-node:{op}" for op in e2e_nvidia.UPSTREAM_NCCL_TESTS]
+    assert chosen == [f"TestMPIJobPytorchTraining/multi-node:{op}" for op in UPSTREAM_NCCL_TESTS]
 
 
 def test_upstream_bert_line_selects_bert():
@@ -151,7 +152,7 @@ def test_labels_need_every_key_and_skip_labels_any():
     suite = e2e_nvidia.SUITE
     efa = names(selector("--labels=suite=nvidia,hardware=efa"), suite)
     assert efa == ["TestNCCLTests/multi-node"] + [f"TestMPIJobPytorchTraining/multi-node:{op}"
-                                                   for op in e2e_nvidia.UPSTREAM_NCCL_TESTS]
+                                                   for op in UPSTREAM_NCCL_TESTS]
     no_gpu = names(selector("--skip-labels=hardware=gpu"), suite)
     assert no_gpu == ["TestNvidiaDriverCapabilities", "TestContainerdConfig"]
     assert names(selector("--labels=suite=neuron"), suite) == []
@@ -167,7 +168,7 @@ def test_assessments_select_features():
 UPSTREAM_ASSESSMENTS = {
     ("TestMPIJobPytorchTraining", "single-node"): ("MPIJob succeeds",),
     **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): ("MPIJob succeeds",)
-       for op in e2e_nvidia.UPSTREAM_NCCL_TESTS},
+       for op in UPSTREAM_NCCL_TESTS},
     ("TestSingleNodeUnitTest", "unit-test"): ("Unit test Job succeeds",),
     ("TestSingleNodeUnitTest", "hpc-benckmarks"): ("HPC test Job succeeds",),
     ("TestNvidiaDriverCapabilities", "nvidia-driver-capabilities-check"): ("Check Pod becomes ready",),
@@ -219,7 +220,7 @@ def test_every_upstream_test_and_feature_is_declared_with_upstreams_labels():
                 for f in t.features}
     gpu, efa = {"suite": ("nvidia",), "hardware": ("gpu",)}, {"suite": ("nvidia",), "hardware": ("gpu", "efa")}
     expected = {("TestMPIJobPytorchTraining", "single-node"): gpu,
-                **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): efa for op in e2e_nvidia.UPSTREAM_NCCL_TESTS},
+                **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): efa for op in UPSTREAM_NCCL_TESTS},
                 ("TestSingleNodeUnitTest", "unit-test"): gpu, ("TestSingleNodeUnitTest", "hpc-benckmarks"): gpu,
                 ("TestNvidiaDriverCapabilities", "nvidia-driver-capabilities-check"): {"suite": ("nvidia",)},
                 ("TestContainerdConfig", "containerd-config-check"): {"suite": ("nvidia",)},

@@ -49,7 +49,7 @@ def calls_in_source() -> dict[tuple[str, str, str], list[str]]:
     """(group, resource, verb) -> where in harness/ and testbins/ it is used."""
     constants = resource_constants()
     used: dict[tuple[str, str, str], list[str]] = {}
-    for path in [*(REPO / "harness").rglob("*.py"), *(REPO / "testbins").glob("*.py")]:
+    for path in [*(REPO / "harness").rglob("*.py"), *(REPO / "testbins").rglob("*.py")]:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             for match in CALL.finditer(line):
                 resource = constants.get(match["name"])
