@@ -14,6 +14,8 @@ from harness.framework.cli import parse_args
 from harness.framework.suite import Feature, Selector, Suite, TestCase, describe_selection, feature_name
 from testbins import e2e_nvidia, e2e_nvidia_training
 from testbins.nvidia.mpi import UPSTREAM_NCCL_TESTS
+from testbins.nvidia_training.bert import bert_workload
+from testbins.nvidia_training.common import workload_size
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "upstream-flags"
 
@@ -94,15 +96,15 @@ def test_pytorch_and_bert_images_configure_different_tests():
 
 def test_training_command_runs_the_images_own_program_for_bert():
     cfg = resolve(parse_args([]), {"TRAINING_COMMAND": "python train.py --epochs 1"})
-    assert e2e_nvidia_training.bert_workload(cfg).program() == ["python", "train.py", "--epochs", "1"]
-    ours = e2e_nvidia_training.bert_workload(resolve(parse_args([]), {}))
+    assert bert_workload(cfg).program() == ["python", "train.py", "--epochs", "1"]
+    ours = bert_workload(resolve(parse_args([]), {}))
     assert ours.program()[:3] == ["python", "-m", "workloads.bert"]
 
 
 def test_short_makes_the_workloads_tiny():
-    assert e2e_nvidia_training.workload_size(resolve(parse_args(["-test.short"]), {}), "bert") == "tiny"
-    assert e2e_nvidia_training.workload_size(resolve(parse_args([]), {}), "bert") == "base"
-    assert e2e_nvidia_training.workload_size(resolve(parse_args(["-test.short"]), {"WORKLOAD_SIZE": "large"}),
+    assert workload_size(resolve(parse_args(["-test.short"]), {}), "bert") == "tiny"
+    assert workload_size(resolve(parse_args([]), {}), "bert") == "base"
+    assert workload_size(resolve(parse_args(["-test.short"]), {"WORKLOAD_SIZE": "large"}),
                                              "bert") == "large"  # a size asked for wins
 
 

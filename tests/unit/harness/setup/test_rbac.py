@@ -16,7 +16,7 @@ from harness.cluster.manifests import rbac_objects, render
 from harness.cluster.resources import KNOWN_RESOURCES, POD, Resource
 from harness.jobs.launchers import LAUNCHERS
 from harness.setup.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, addon_objects
-from testbins.e2e_nvidia_training import ELASTIC_LAUNCHERS
+from testbins.nvidia_training.elastic import ELASTIC_LAUNCHERS
 
 REPO = Path(__file__).resolve().parents[4]
 # `<call>(<RESOURCE CONSTANT>` anywhere in the code: the client's own calls and the conditions,
