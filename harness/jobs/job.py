@@ -19,7 +19,7 @@ from harness.cluster.labels import base_labels, job_labels, job_selector
 from harness.cluster.logs import CapturedLog, Heading, capture_pod_logs, console_text, last_lines
 from harness.cluster.manifests import dump_objects, render, save
 from harness.cluster.pods import describe_pod, mpi_role
-from harness.cluster.resources import EVENT, POD, Obj
+from harness.cluster.resources import EVENT, POD, TRAINJOB, Obj
 from harness.cluster.wait import Condition, wait_for
 from harness.cluster.watch import ChangeCursor, ClusterState
 from harness.config.settings import pod_environment_passthrough
@@ -37,7 +37,7 @@ from harness.report.junit import Outcome
 from harness.report.results import event_entry
 from harness.setup.addons import MPI_OPERATOR, ensure, say
 from harness.setup.namespaces import namespace_for
-from harness.setup.trainer import TRAINJOB_API, ensure_trainjob_api
+from harness.setup.trainer import ensure_trainjob_api
 
 # How long a launcher still exiting after a failure (mpirun noticing a lost worker) is awaited
 # for its last words before the logs are captured.
@@ -349,12 +349,12 @@ def ensure_launcher_api(session: RunContext, launcher: Launcher, needed_by: str)
     runtime: harness.setup.trainer), else a ConfigError naming what is missing."""
     if launcher.needs_api is None:
         return
-    if launcher.needs_api == TRAINJOB_API:
+    if launcher.needs_api is TRAINJOB:
         ensure_trainjob_api(session, needed_by)
         return
     cluster = session.cluster
     assert cluster is not None
-    api_version, kind = launcher.needs_api
+    api_version, kind = launcher.needs_api.api_version, launcher.needs_api.kind
     if cluster.serves(api_version, kind):
         return
     if not session.cfg.install_mpi_operator:
