@@ -66,6 +66,8 @@ TEMPLATE_FIELDS: dict[str, str] = {
 }
 
 MANIFESTS_PACKAGE = "manifests"
+# The shell scripts pods run, beside the templates (checked by shellcheck: tests/unit/repo/test_scripts.py).
+SCRIPTS = "scripts"
 
 
 def template_text(name: str) -> str:
@@ -74,6 +76,12 @@ def template_text(name: str) -> str:
         return resources.files(MANIFESTS_PACKAGE).joinpath(name).read_text()
     except (FileNotFoundError, OSError):
         raise RenderError(f"render {name}: no such template in manifests/") from None
+
+
+def script_text(name: str) -> str:
+    """A shell script shipped in manifests/scripts/ (or a file it reads): a pod runs it as the text
+    of `sh -c` or `bash -c`, so its image needs no copy of it."""
+    return template_text(f"{SCRIPTS}/{name}")
 
 
 def _as_yaml_value(value: Any) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from harness.cluster.resources import Obj
 
@@ -59,6 +62,50 @@ def container_statuses(pod: Obj) -> list[Obj]:
     return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
 
 
+def phase_of(pod: Obj) -> str:
+    """The pod's phase ("" before the API server set one)."""
+    return pod.get("status", {}).get("phase", "")
+
+
+def termination(cs: Obj) -> Obj | None:
+    """How a container ended: its current state's termination, else its last one (restarted since)."""
+    return cs.get("state", {}).get("terminated") or cs.get("lastState", {}).get("terminated")
+
+
+def termination_signal(terminated: Mapping[str, Any]) -> int | None:
+    """The signal that ended a container: the runtime's `signal`, else an exit code of 128+N."""
+    if isinstance(terminated.get("signal"), int) and terminated["signal"]:
+        return int(terminated["signal"])
+    code = terminated.get("exitCode")
+    if isinstance(code, int) and 128 < code < 128 + 65:
+        try:
+            signal.Signals(code - 128)
+        except ValueError:
+            return None
+        return code - 128
+    return None
+
+
+@dataclass(frozen=True)
+class ContainerOutcome:
+    """What a container's status says of it: its exit code and signal (when it ended), the reason it
+    ended or waits, and its restarts."""
+
+    name: str
+    exit_code: int | None
+    reason: str
+    restarts: int
+    signal: int | None
+
+
+def container_outcome(cs: Obj) -> ContainerOutcome:
+    terminated = termination(cs) or {}
+    waiting = cs.get("state", {}).get("waiting") or {}
+    return ContainerOutcome(cs.get("name", ""), terminated.get("exitCode"),
+                            terminated.get("reason") or waiting.get("reason") or "", cs.get("restartCount", 0),
+                            termination_signal(terminated))
+
+
 def run_interval(pod: Obj) -> tuple[float, float] | None:
     """When the pod's containers ran (epoch seconds): the first start and the last finish of its
     terminated containers (init containers aside); None until every container has terminated."""
@@ -110,7 +157,7 @@ def _container_failure(pod: Obj, cs: Obj, now: float, grace: float, held_for: He
     one (image pulls) held past `grace`."""
     meta = pod["metadata"]
     where = f"pod {meta['name']} on node {node_of(pod)}"
-    terminated = cs.get("state", {}).get("terminated") or cs.get("lastState", {}).get("terminated")
+    terminated = termination(cs)
     if terminated and terminated.get("reason") == "OOMKilled":
         return (f"pod {meta['name']} OOMKilled on node {node_of(pod)} "
                 f"(container {cs['name']}, exit code {terminated.get('exitCode')})")

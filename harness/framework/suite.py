@@ -25,6 +25,12 @@ SETTING_IN_NAME = re.compile(r"\{(\w+)\}")
 TestFunc = Callable[[Any], None]
 Labels = Mapping[str, tuple[str, ...]]
 
+# The labels the suites' features carry, as upstream's e2e-framework features do
+# (`.WithLabel("suite", "nvidia").WithLabel("hardware", "gpu")`): what --labels and --skip-labels select on.
+NVIDIA: Labels = {"suite": ("nvidia",)}
+GPU: Labels = {**NVIDIA, "hardware": ("gpu",)}
+GPU_EFA: Labels = {**NVIDIA, "hardware": ("gpu", "efa")}
+
 
 @dataclass(frozen=True)
 class Feature:

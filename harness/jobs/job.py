@@ -24,8 +24,8 @@ from harness.cluster.wait import Condition, wait_for
 from harness.cluster.watch import ChangeCursor, ClusterState
 from harness.config.settings import pod_environment_passthrough
 from harness.config.topology import NodeInfo
-from harness.errors import ClusterError, ConfigError, JobFailed, WaitTimeout
-from harness.framework.context import RunContext, TestContext
+from harness.errors import ClusterError, JobFailed, WaitTimeout
+from harness.framework.context import TestContext
 from harness.jobs.exit_after_training import explain as explain_exit
 from harness.jobs.images import image
 from harness.jobs.job_metrics import LogScans, job_metrics
@@ -35,9 +35,8 @@ from harness.jobs.workload import Placement, Rendering, Workload
 from harness.metrics.records import WorkloadMetrics
 from harness.report.junit import Outcome
 from harness.report.results import event_entry
-from harness.setup.addons import MPI_OPERATOR, ensure, say
 from harness.setup.namespaces import namespace_for
-from harness.setup.trainer import TRAINJOB_API, ensure_trainjob_api
+from harness.setup.operators import ensure_api
 
 # How long a launcher still exiting after a failure (mpirun noticing a lost worker) is awaited
 # for its last words before the logs are captured.
@@ -343,28 +342,6 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
     return [obj for objects in by_template.values() for obj in objects]
 
 
-def ensure_launcher_api(session: RunContext, launcher: Launcher, needed_by: str) -> None:
-    """The API a launcher needs: the MPIJob CRD (mpi-operator installed when it is missing and
-    INSTALL_MPI_OPERATOR allows), the TrainJob CRD (Trainer and JobSet, INSTALL_TRAINER, and the
-    runtime: harness.setup.trainer), else a ConfigError naming what is missing."""
-    if launcher.needs_api is None:
-        return
-    if launcher.needs_api == TRAINJOB_API:
-        ensure_trainjob_api(session, needed_by)
-        return
-    cluster = session.cluster
-    assert cluster is not None
-    api_version, kind = launcher.needs_api
-    if cluster.serves(api_version, kind):
-        return
-    if not session.cfg.install_mpi_operator:
-        raise ConfigError(f"{needed_by} needs the {kind} CRD ({api_version}), which this cluster does not serve, "
-                          "and INSTALL_MPI_OPERATOR=false: install mpi-operator or let the suite install it")
-    say(session, f"{needed_by} needs the {kind} CRD ({api_version}), which this cluster does not serve: "
-        f"installing {MPI_OPERATOR.name} {MPI_OPERATOR.version}")
-    ensure(session, MPI_OPERATOR, ())
-
-
 def apply_workload(t: TestContext, obj: Obj) -> None:
     """Create one object of the job. The API server refusing it at admission (a webhook's denial: a
     TrainJob naming a runtime that does not exist) fails the test with the webhook's words; a
@@ -386,14 +363,15 @@ def apply_workload(t: TestContext, obj: Obj) -> None:
 
 
 def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> Job:
-    """Render and apply the workload for its launcher (LAUNCHER unless it names one), installing
-    mpi-operator first if the launcher needs it and it is missing; the job's teardown is registered
-    before anything is applied."""
+    """Render and apply the workload for its launcher (LAUNCHER unless it names one), the operator
+    its launcher's API needs installed first when missing (harness.setup.operators); the job's
+    teardown is registered before anything is applied."""
     started = time.monotonic()
     launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
     if workload.image is None:  # TRAINING_IMAGE's; the others were checked where the test named them
         image(t, "training_image")
-    ensure_launcher_api(t.session, launcher, t.name)
+    if launcher.needs_api is not None:
+        ensure_api(t.session, launcher.needs_api, t.name)
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
     job = Job(t, workload, launcher, placement, heading)

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from harness.cluster.logs import CapturedLog
-from harness.cluster.pods import container_statuses, execution_of, node_of
+from harness.cluster.pods import container_outcome, container_statuses, execution_of, node_of, phase_of
 from harness.cluster.resources import Obj
 from harness.config.artifacts import write_atomically
 from harness.config.redaction import redact
@@ -80,32 +79,10 @@ class TestRecord:
             self.pods[name] = pod_entry(pod, [entry for entry in logs if entry.pod == name], test_dir)
 
 
-def _signal(terminated: Mapping[str, Any]) -> int | None:
-    """The signal that ended a container: the runtime's `signal`, else an exit code of 128+N."""
-    if isinstance(terminated.get("signal"), int) and terminated["signal"]:
-        return int(terminated["signal"])
-    code = terminated.get("exitCode")
-    if isinstance(code, int) and 128 < code < 128 + 65:
-        try:
-            signal.Signals(code - 128)
-        except ValueError:
-            return None
-        return code - 128
-    return None
-
-
-def container_entry(status: Obj) -> dict[str, Any]:
-    terminated = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated") or {}
-    waiting = status.get("state", {}).get("waiting") or {}
-    return {"name": status.get("name", ""), "exit_code": terminated.get("exitCode"),
-            "reason": terminated.get("reason") or waiting.get("reason") or "",
-            "restarts": status.get("restartCount", 0), "signal": _signal(terminated)}
-
-
 def pod_entry(pod: Obj, logs: list[CapturedLog], test_dir: Path) -> dict[str, Any]:
-    return {"name": pod["metadata"]["name"], "node": node_of(pod), "phase": pod.get("status", {}).get("phase", ""),
+    return {"name": pod["metadata"]["name"], "node": node_of(pod), "phase": phase_of(pod),
             "execution": execution_of(pod),
-            "containers": [container_entry(status) for status in container_statuses(pod)],
+            "containers": [asdict(container_outcome(status)) for status in container_statuses(pod)],
             "logs": [_relative(entry.path, test_dir) for entry in logs if entry.path.exists()]}
 
 

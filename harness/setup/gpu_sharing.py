@@ -25,7 +25,6 @@ restored too; each step's failure is said and the next steps still run.
 from __future__ import annotations
 
 import copy
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from harness.cluster.watch import ClusterState, Watched
 from harness.config.topology import DEFAULT_TOLERATIONS, GPU_RESOURCE
 from harness.errors import HarnessError, TestFailure
 from harness.framework.context import RunContext
-from harness.setup.addons import NVIDIA_DEVICE_PLUGIN, addon_objects, describe
+from harness.setup.addons import NVIDIA_DEVICE_PLUGIN, addon_objects, describe, say
 
 PLUGIN_NAMESPACE = "kube-system"
 PLUGIN_NAME = "nvidia-device-plugin-daemonset"
@@ -203,11 +202,6 @@ def no_pods(namespace: str, selector: str) -> Condition:
     return Condition(f"no pod ({selector}) left in {namespace}", (Watched(POD, namespace, selector),), check)
 
 
-def say(session: RunContext, message: str) -> None:
-    """Cluster-wide changes are always said, on stderr, like the add-ons'."""
-    print(f"{session.binary}: GPU sharing: {message}", file=sys.stderr, flush=True)
-
-
 @dataclass
 class GpuSharing:
     """One test's sharing: `share()` replaces the plugin; `restore()` puts it back (once)."""
@@ -238,6 +232,10 @@ class GpuSharing:
         return sharing_objects(self.mode, self.replicas, cfg.run_id, cfg.tolerations.as_pod_spec(),
                                cfg.pod_annotations)
 
+    def _say(self, message: str) -> None:
+        """Cluster-wide changes are always said, as the add-ons' are."""
+        say(self.session, f"GPU sharing: {message}")
+
     def _wait(self, condition: Condition, timeout: float) -> str:
         return wait_for(self.cluster, condition, timeout=timeout)
 
@@ -261,15 +259,15 @@ class GpuSharing:
             self.present = recreatable(live)
         session.teardown.callback(self.restore)
         objects = self._objects()
-        say(session, f"replacing {describe(stock)}{' (present before the run)' if self.present else ''} by one "
-            f"sharing each GPU {self.replicas} times ({self.mode.name})")
+        self._say(f"replacing {describe(stock)}{' (present before the run)' if self.present else ''} by one "
+                  f"sharing each GPU {self.replicas} times ({self.mode.name})")
         self.changed = True
         self._delete(stock)
         self._wait(no_pods(PLUGIN_NAMESPACE, pod_selector(self.present or stock)), STEP_SECONDS)
         for obj in objects:
             self.cluster.apply(obj)
         self.steps.append("shared")
-        say(session, "created " + ", ".join(describe(o) for o in objects))
+        self._say("created " + ", ".join(describe(o) for o in objects))
         for selector in ([MPS_DAEMON_SELECTOR] if self.mode.mps else []) + [PLUGIN_SELECTOR]:
             self._wait(pods_ready_on_nodes(PLUGIN_NAMESPACE, selector, self.node_names), cfg.discovery_timeout)
 
@@ -279,7 +277,6 @@ class GpuSharing:
             if self._restored or not self.changed:
                 return
             self._restored = True
-        session = self.session
         failures: list[str] = []
 
         def step(what: str, action: Callable[[], None]) -> None:
@@ -288,7 +285,7 @@ class GpuSharing:
                 self.steps.append(what)
             except (HarnessError, TestFailure) as exc:
                 failures.append(f"{what}: {exc}")
-                say(session, f"restoring: {what} failed, going on: {exc}")
+                self._say(f"restoring: {what} failed, going on: {exc}")
 
         objects = {obj["kind"] + "/" + obj["metadata"]["name"]: obj for obj in self._objects()}
         if self.workload is not None:
@@ -301,9 +298,9 @@ class GpuSharing:
         step("sharing config removed", lambda: self._delete(objects[f"ConfigMap/{CONFIG_MAP}"]))
         step("present plugin restored" if self.present else "stock plugin restored", self._restore_stock)
         outcome = "restored" if not failures else "restore failed: " + "; ".join(failures)
-        session.properties[f"gpu_sharing.{self.mode.name}"] = outcome
-        say(session, outcome if failures else f"{'present' if self.present else 'stock'} device plugin restored "
-            f"({', '.join(self.steps)})")
+        self.session.properties[f"gpu_sharing.{self.mode.name}"] = outcome
+        self._say(outcome if failures else f"{'present' if self.present else 'stock'} device plugin restored "
+                  f"({', '.join(self.steps)})")
 
     def _reset_compute_mode(self) -> None:
         cfg = self.session.cfg

@@ -12,12 +12,11 @@ from __future__ import annotations
 import time
 
 from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL
-from harness.cluster.resources import CLUSTER_TRAINING_RUNTIME, Obj
+from harness.cluster.resources import CLUSTER_TRAINING_RUNTIME, TRAINJOB, Obj
 from harness.errors import ClusterError, ConfigError, WaitTimeout
 from harness.framework.context import RunContext
 from harness.setup.addons import JOBSET, TORCH_RUNTIME, TRAINER, ensure, say
 
-TRAINJOB_API = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
 # The runtime the suites ship (manifests/addons/torch-distributed-runtime.yaml); another
 # TRAINJOB_RUNTIME must exist in the cluster.
 SHIPPED_RUNTIME = "torch-distributed"
@@ -33,7 +32,7 @@ def ensure_trainjob_api(session: RunContext, needed_by: str) -> None:
     else a ConfigError naming the CRD), the runtime, and, after an install, their webhooks serving."""
     cluster, cfg = session.cluster, session.cfg
     assert cluster is not None
-    api_version, kind = TRAINJOB_API
+    api_version, kind = TRAINJOB.api_version, TRAINJOB.kind
     installed = False
     if not cluster.serves(api_version, kind):
         if not cfg.install_trainer:
@@ -92,7 +91,7 @@ def _probe(api_version: str, kind: str, spec: Obj, namespaced: bool = True) -> O
 
 def probe_trainjob(runtime: str) -> Obj:
     """A TrainJob on the runtime (dry run: Trainer's validating webhook judges it, nothing runs)."""
-    return _probe(*TRAINJOB_API, {"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
+    return _probe(TRAINJOB.api_version, TRAINJOB.kind, {"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
                                                  "kind": "ClusterTrainingRuntime", "name": runtime}})
 
 

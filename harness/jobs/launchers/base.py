@@ -143,8 +143,9 @@ class Launcher:
 
     name: ClassVar[str]
     owner: ClassVar[Resource]  # the kind of the objects that own the pods (deleted at teardown)
-    # The API the launcher needs the cluster to serve, if not a built-in one: (apiVersion, kind).
-    needs_api: ClassVar[tuple[str, str] | None] = None
+    # The API the launcher needs the cluster to serve, if not a built-in one (harness.setup.operators
+    # installs what serves it when missing).
+    needs_api: ClassVar[Resource | None] = None
     # Whether rank_locations() places every rank exactly, over what each rank says of its node.
     places_ranks: ClassVar[bool] = False
 

@@ -77,7 +77,7 @@ SSHD_CAPABILITIES = (
 class Mpi(Launcher):
     name = "mpi"
     owner = MPIJOB
-    needs_api = ("kubeflow.org/v2beta1", "MPIJob")
+    needs_api = MPIJOB
     # -map-by slot: rank r on worker r // slots; a rank's hostname is its worker pod's name.
     places_ranks = True
 

@@ -37,7 +37,6 @@ from harness.cluster.resources import JOB, JOBSET, TRAINJOB, Obj, Resource
 from harness.cluster.wait import Condition
 from harness.jobs.launchers.base import Launcher, container_env, worker_fields
 from harness.jobs.workload import Placement, Rendering, Workload
-from harness.setup.trainer import TRAINJOB_API
 
 # The replicated job Trainer's torch runtimes name their workers (the JobSet's Job: <job>-node-0).
 REPLICATED_JOB = "node"
@@ -70,7 +69,7 @@ def runtime_ref(workload: Workload, runtime: str) -> tuple[str, str]:
 class TrainJob(Launcher):
     name = "trainjob"
     owner = TRAINJOB
-    needs_api = TRAINJOB_API
+    needs_api = TRAINJOB
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
         fields = worker_fields(workload, placement)

@@ -30,7 +30,7 @@ import yaml
 from harness.cluster.manifests import render
 from harness.jobs.launchers import LAUNCHERS
 from harness.jobs.workload import Placement, Workload
-from testbins.e2e_nvidia import APT_CAPABILITIES
+from testbins.nvidia.capabilities import APT_CAPABILITIES
 
 from ..conftest import LocalCluster, exec_in, image_on_real_nodes, real_node_names, wait_for
 from ..kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases

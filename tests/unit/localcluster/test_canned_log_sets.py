@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from harness.metrics.records import combine, scan_file, scan_lines
 from harness.verdict.rejudge import run as verdict_main
 from localcluster.emulation.canned_pods import CannedPods
-from testbins import e2e_nvidia
+from testbins.nvidia import containerd, mpi, unit
 
 CANNED = Path(__file__).resolve().parents[3] / "localcluster" / "emulation" / "canned_logs"
 NVIDIA_SUITE = CANNED / "nvidia-suite"
@@ -48,17 +48,17 @@ def test_the_nccl_tables_parse_for_every_collective():
         assert sweep is not None and sweep.average is not None and sweep.average > 0
         assert sweep.out_of_bounds == 0 and sweep.max_size == 16 * 2**30
         assert all(row.out_of_place.busbw > 0 for row in sweep.rows if row.size >= 2**20)
-        assert any(e2e_nvidia.EFA_GDRDMA.search(line) for line in lines_of(job, "launcher"))
+        assert any(mpi.EFA_GDRDMA.search(line) for line in lines_of(job, "launcher"))
 
 
 def test_the_unit_test_hpl_and_mnist_lines_match_what_the_tests_read():
-    tap = [m for m in map(e2e_nvidia.TAP_LINE.match, lines_of("unit-test-job", "probe")) if m]
+    tap = [m for m in map(unit.TAP_LINE.match, lines_of("unit-test-job", "probe")) if m]
     assert len(tap) == 9 and sum(1 for m in tap if m["skip"]) == 1
     hpl = lines_of("hpc-benckmarks-job", "probe")
-    assert any(e2e_nvidia.HPL_RESULT.match(line) for line in hpl)
-    assert any(e2e_nvidia.HPL_CHECK.search(line)["verdict"] == "PASSED" for line in hpl if "Ax-b" in line)
-    assert any(e2e_nvidia.MNIST_TEST_LINE.search(line) for line in lines_of("pytorch-training-single-node", "probe"))
-    assert e2e_nvidia.CONTAINERD_PASSED in lines_of("containerd-check", "check")
+    assert any(unit.HPL_RESULT.match(line) for line in hpl)
+    assert any(unit.HPL_CHECK.search(line)["verdict"] == "PASSED" for line in hpl if "Ax-b" in line)
+    assert any(mpi.MNIST_TEST_LINE.search(line) for line in lines_of("pytorch-training-single-node", "probe"))
+    assert containerd.CONTAINERD_PASSED in lines_of("containerd-check", "check")
 
 
 # ---- canned GPU training logs (hack/canned_gpu_logs.py): every workload, per shape, healthy and straggler ----

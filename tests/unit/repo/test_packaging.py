@@ -114,6 +114,12 @@ def test_the_wheel_installs_in_a_fresh_venv_and_its_binaries_answer_help(tmp_pat
     assert "Project-URL: kubetest2, https://github.com/kubernetes-sigs/kubetest2" in metadata
     assert "Classifier: Topic :: Software Development :: Testing" in metadata
     assert "Requires-Python: >=3.10" in metadata
+    # The scripts the pods run ship beside the templates, and every module of the suites with them.
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {str(path.relative_to(REPO)) for folder in ("manifests/scripts", "testbins")
+              for path in (REPO / folder).rglob("*") if path.suffix in (".sh", ".yaml", ".py")}
+    assert {"manifests/scripts/dcgm-diag.sh", "testbins/nvidia/mpi.py"} <= wanted
+    assert wanted <= shipped, sorted(wanted - shipped)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True,

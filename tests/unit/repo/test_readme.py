@@ -14,7 +14,7 @@ README = (REPO / "README.md").read_text()
 TWO_COMMANDS = "\n".join([
     "```sh",
     "hack/main-job   # the main job: set-up, a local cluster, then the training suite through kubetest2",
-    "hack/test       # the tests: set-up, ruff, hadolint, then pytest (unit, set-up, workloads, browser, "
+    "hack/test       # the tests: set-up, ruff, hadolint, shellcheck, then pytest (unit, set-up, workloads, browser, "
     "integration, real nodes)",
     "```"])
 

@@ -7,6 +7,7 @@ dcgmi is given, and the config file it reads, are the script's own."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ import yaml
 from harness.config.settings import DCGM_IMAGE, resolve
 from harness.errors import TestFailure
 from harness.framework.cli import parse_args
-from testbins.e2e_nvidia import DCGM_SCRIPT, UPSTREAM_DCGM_DIAG_CONFIG, dcgm_image
+from testbins.nvidia.dcgm import DCGM_ENV, DCGM_SCRIPT, dcgm_image
 
 STUB = """#!/bin/sh
 echo "$(basename "$0") $*" >> "$CALLS"
@@ -27,7 +28,8 @@ case "$*" in *diag*) echo '{"DCGM GPU Diagnostic": {"test_categories": []}}' ;; 
 
 
 def test_dcgmi_reads_a_per_sku_config_letting_the_l4_run_at_x8(tmp_path: Path):
-    assert not Path(UPSTREAM_DCGM_DIAG_CONFIG).exists()  # so the script writes its own copy
+    upstream_config = re.search(r"^config=(\S+)$", DCGM_SCRIPT, re.MULTILINE)[1]  # upstream's image has it
+    assert not Path(upstream_config).exists()  # so the script writes its own copy
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("dcgmi", "nv-hostengine"):
@@ -35,7 +37,7 @@ def test_dcgmi_reads_a_per_sku_config_letting_the_l4_run_at_x8(tmp_path: Path):
         (bin_dir / name).chmod(0o755)
     calls = tmp_path / "calls"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "TMPDIR": str(tmp_path),
-           "DCGM_DIAG_LEVEL": "4"}
+           "DCGM_DIAG_LEVEL": "4", **DCGM_ENV}
     done = subprocess.run(["bash", "-c", DCGM_SCRIPT], env=env, capture_output=True, text=True, timeout=30,
                           check=False)
     assert done.returncode == 0, done.stderr

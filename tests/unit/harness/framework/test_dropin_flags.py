@@ -13,6 +13,9 @@ from harness.errors import ConfigError
 from harness.framework.cli import parse_args
 from harness.framework.suite import Feature, Selector, Suite, TestCase, describe_selection, feature_name
 from testbins import e2e_nvidia, e2e_nvidia_training
+from testbins.nvidia.mpi import UPSTREAM_NCCL_TESTS
+from testbins.nvidia_training.bert import bert_workload
+from testbins.nvidia_training.common import workload_size
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "upstream-flags"
 
@@ -93,15 +96,15 @@ def test_pytorch_and_bert_images_configure_different_tests():
 
 def test_training_command_runs_the_images_own_program_for_bert():
     cfg = resolve(parse_args([]), {"TRAINING_COMMAND": "python train.py --epochs 1"})
-    assert e2e_nvidia_training.bert_workload(cfg).program() == ["python", "train.py", "--epochs", "1"]
-    ours = e2e_nvidia_training.bert_workload(resolve(parse_args([]), {}))
+    assert bert_workload(cfg).program() == ["python", "train.py", "--epochs", "1"]
+    ours = bert_workload(resolve(parse_args([]), {}))
     assert ours.program()[:3] == ["python", "-m", "workloads.bert"]
 
 
 def test_short_makes_the_workloads_tiny():
-    assert e2e_nvidia_training.workload_size(resolve(parse_args(["-test.short"]), {}), "bert") == "tiny"
-    assert e2e_nvidia_training.workload_size(resolve(parse_args([]), {}), "bert") == "base"
-    assert e2e_nvidia_training.workload_size(resolve(parse_args(["-test.short"]), {"WORKLOAD_SIZE": "large"}),
+    assert workload_size(resolve(parse_args(["-test.short"]), {}), "bert") == "tiny"
+    assert workload_size(resolve(parse_args([]), {}), "bert") == "base"
+    assert workload_size(resolve(parse_args(["-test.short"]), {"WORKLOAD_SIZE": "large"}),
                                              "bert") == "large"  # a size asked for wins
 
 
@@ -118,7 +121,7 @@ def selector(*argv: str) -> Selector:
 
 def test_upstream_nccl_line_selects_the_three_multi_node_features():
     chosen = names(selector("--test.run=^TestMPIJobPytorchTraining$/multi-node"), e2e_nvidia.SUITE)
-    assert chosen == [f"TestMPIJobPytorchTraining/multi-node:{op}" for op in e2e_nvidia.UPSTREAM_NCCL_TESTS]
+    assert chosen == [f"TestMPIJobPytorchTraining/multi-node:{op}" for op in UPSTREAM_NCCL_TESTS]
 
 
 def test_upstream_bert_line_selects_bert():
@@ -151,7 +154,7 @@ def test_labels_need_every_key_and_skip_labels_any():
     suite = e2e_nvidia.SUITE
     efa = names(selector("--labels=suite=nvidia,hardware=efa"), suite)
     assert efa == ["TestNCCLTests/multi-node"] + [f"TestMPIJobPytorchTraining/multi-node:{op}"
-                                                   for op in e2e_nvidia.UPSTREAM_NCCL_TESTS]
+                                                   for op in UPSTREAM_NCCL_TESTS]
     no_gpu = names(selector("--skip-labels=hardware=gpu"), suite)
     assert no_gpu == ["TestNvidiaDriverCapabilities", "TestContainerdConfig"]
     assert names(selector("--labels=suite=neuron"), suite) == []
@@ -167,7 +170,7 @@ def test_assessments_select_features():
 UPSTREAM_ASSESSMENTS = {
     ("TestMPIJobPytorchTraining", "single-node"): ("MPIJob succeeds",),
     **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): ("MPIJob succeeds",)
-       for op in e2e_nvidia.UPSTREAM_NCCL_TESTS},
+       for op in UPSTREAM_NCCL_TESTS},
     ("TestSingleNodeUnitTest", "unit-test"): ("Unit test Job succeeds",),
     ("TestSingleNodeUnitTest", "hpc-benckmarks"): ("HPC test Job succeeds",),
     ("TestNvidiaDriverCapabilities", "nvidia-driver-capabilities-check"): ("Check Pod becomes ready",),
@@ -219,7 +222,7 @@ def test_every_upstream_test_and_feature_is_declared_with_upstreams_labels():
                 for f in t.features}
     gpu, efa = {"suite": ("nvidia",), "hardware": ("gpu",)}, {"suite": ("nvidia",), "hardware": ("gpu", "efa")}
     expected = {("TestMPIJobPytorchTraining", "single-node"): gpu,
-                **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): efa for op in e2e_nvidia.UPSTREAM_NCCL_TESTS},
+                **{("TestMPIJobPytorchTraining", f"multi-node:{op}"): efa for op in UPSTREAM_NCCL_TESTS},
                 ("TestSingleNodeUnitTest", "unit-test"): gpu, ("TestSingleNodeUnitTest", "hpc-benckmarks"): gpu,
                 ("TestNvidiaDriverCapabilities", "nvidia-driver-capabilities-check"): {"suite": ("nvidia",)},
                 ("TestContainerdConfig", "containerd-config-check"): {"suite": ("nvidia",)},

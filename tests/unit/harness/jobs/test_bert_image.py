@@ -16,7 +16,7 @@ from harness.config.settings import Config, resolve
 from harness.framework.cli import parse_args
 from harness.jobs.launchers import LAUNCHERS
 from harness.jobs.workload import Placement, Workload
-from testbins.e2e_nvidia_training import UPSTREAM_BERT_PROGRAM, bert_workload
+from testbins.nvidia_training.bert import UPSTREAM_BERT_PROGRAM, bert_workload
 
 UPSTREAM_IMAGE = "registry.example/aws-k8s-tester/nvidia-training:v1"
 

@@ -31,7 +31,8 @@ from harness.config.settings import DCGM_IMAGE, NCCL_TESTS_IMAGE
 from harness.jobs.launchers import LAUNCHERS
 from harness.jobs.launchers.mpi import SSHD_CAPABILITIES
 from harness.jobs.workload import Workload
-from testbins.e2e_nvidia import APT_CAPABILITIES, CAPABILITIES_IMAGE, DCGM_CAPABILITIES
+from testbins.nvidia.capabilities import APT_CAPABILITIES, CAPABILITIES_IMAGE
+from testbins.nvidia.dcgm import DCGM_CAPABILITIES
 from tests.unit.harness.jobs.test_pod_resources import placement
 
 OURS, UPSTREAMS = NCCL_TESTS_IMAGE, "public.ecr.aws/example/upstream-nvidia-test:1"

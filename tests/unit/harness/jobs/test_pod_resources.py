@@ -15,7 +15,7 @@ from harness.jobs.job import smallest_allocatable
 from harness.jobs.launchers import LAUNCHERS
 from harness.jobs.launchers.base import NODE_REQUEST_FRACTION
 from harness.jobs.workload import Placement, Workload
-from testbins.e2e_nvidia import hpl_affinity
+from testbins.nvidia.unit import hpl_affinity
 from tests.unit.harness.cluster.test_rendering import LABELS
 
 P5 = {"cpu": "191450m", "memory": "2097152000Ki"}  # a p5.48xlarge's allocatable, less the kubelet's reserve

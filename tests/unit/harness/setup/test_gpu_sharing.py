@@ -271,9 +271,9 @@ def test_the_standin_hands_out_each_gpu_replicas_times_and_frees_it():
 def test_the_shared_gpu_jobs_fill_every_node_with_one_gpu_pods_at_once():
     # upstream counts the allocatable GPUs of every node of the type (ours used to fill one node).
     from harness.cluster.manifests import render
+    from harness.jobs.gpu_sharing import SHARING_SCRIPT
     from harness.jobs.launchers import LAUNCHERS
     from harness.jobs.workload import Placement, Workload
-    from testbins.e2e_nvidia import SHARING_SCRIPT
 
     where = Placement(namespace="ns", labels={"kubetest2-training/job": "gpu-sharing-mps",
                                               "app.kubernetes.io/managed-by": "kubetest2-training"},
@@ -368,7 +368,7 @@ def context(*flags: str, **env: str) -> Any:
 
 @pytest.mark.parametrize(("mode", "flag"), [(setup.TIME_SLICING, "--timeSlicingEnabled"), (setup.MPS, "--mpsEnabled")])
 def test_off_by_default_and_skipped_without_the_plugin_install(mode: setup.SharingMode, flag: str):
-    from testbins.e2e_nvidia import gpu_sharing
+    from testbins.nvidia.gpu_sharing import gpu_sharing
 
     with pytest.raises(Skipped, match=f"set {flag} to run"):
         gpu_sharing(mode)(context())

@@ -16,7 +16,7 @@ from harness.cluster.manifests import rbac_objects, render
 from harness.cluster.resources import KNOWN_RESOURCES, POD, Resource
 from harness.jobs.launchers import LAUNCHERS
 from harness.setup.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, addon_objects
-from testbins.e2e_nvidia_training import ELASTIC_LAUNCHERS
+from testbins.nvidia_training.elastic import ELASTIC_LAUNCHERS
 
 REPO = Path(__file__).resolve().parents[4]
 # `<call>(<RESOURCE CONSTANT>` anywhere in the code: the client's own calls and the conditions,
@@ -49,7 +49,7 @@ def calls_in_source() -> dict[tuple[str, str, str], list[str]]:
     """(group, resource, verb) -> where in harness/ and testbins/ it is used."""
     constants = resource_constants()
     used: dict[tuple[str, str, str], list[str]] = {}
-    for path in [*(REPO / "harness").rglob("*.py"), *(REPO / "testbins").glob("*.py")]:
+    for path in [*(REPO / "harness").rglob("*.py"), *(REPO / "testbins").rglob("*.py")]:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             for match in CALL.finditer(line):
                 resource = constants.get(match["name"])

@@ -12,10 +12,12 @@ import pytest
 from harness.config.settings import resolve
 from harness.errors import ConfigError
 from harness.framework.cli import parse_args
+from harness.jobs.gpu_sharing import sharing_replicas
 from harness.jobs.workload import Workload
 from harness.runner import main
 from harness.setup.gpu_sharing import MPS, TIME_SLICING
-from testbins.e2e_nvidia import SUITE, UNIT_TEST_WAIT_SECONDS, sharing_replicas, unit_test_wait
+from testbins.e2e_nvidia import SUITE
+from testbins.nvidia.unit import UNIT_TEST_WAIT_SECONDS, unit_test_wait
 
 from ...harness.cluster.test_rendering import objects, placement
 

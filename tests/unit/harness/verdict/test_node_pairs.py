@@ -59,7 +59,7 @@ def test_the_report_draws_both_passes_per_node():
 
     the_plan = plan(["kwok-cpu-0", "kwok-cpu-1", "kwok-cpu-2", "kwok-cpu-3"])
     results = judge(the_plan, figures(the_plan, "kwok-cpu-1"), 0.8)
-    # What testbins/e2e_nvidia.py's TestNodePairs stores in result.json's node_pairs.
+    # What testbins/nvidia/node_pairs.py's TestNodePairs stores in result.json's node_pairs.
     raw = {"nodes": {r.node: {"partners": [list(x) for x in r.partners], "busbw_gbps": list(r.figures),
                               "thresholds": list(r.thresholds), "slow": list(r.slow), "failed": r.failed}
                      for r in results}}

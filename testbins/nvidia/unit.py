@@ -1,0 +1,91 @@
+"""TestSingleNodeUnitTest (upstream's unit_test.go): unit-test (gpu_unit_tests) and hpc-benckmarks (HPL)."""
+
+from __future__ import annotations
+
+import re
+
+from harness.config.settings import Config, Source
+from harness.errors import TestFailure
+from harness.framework.context import TestContext
+from harness.jobs.images import image
+from harness.jobs.job import launch
+from harness.jobs.workload import Workload
+from harness.metrics.records import read_lines
+from testbins.nvidia.common import first_match, require_gpus
+
+# bash_unit's TAP lines (upstream's gpu_unit_tests run with `-f tap`): `ok - test_x`, `not ok - test_y`.
+TAP_LINE = re.compile(r"^(?P<verdict>ok|not ok) - (?P<test>\S+)(?P<skip>.*# skip)?")
+
+
+# upstream's wait for the unit-test Job (#766: nvbandwidth alone takes about 39 minutes on p3.16xlarge).
+UNIT_TEST_WAIT_SECONDS = 60 * 60.0
+
+
+def unit_test_wait(cfg: Config) -> float:
+    """upstream's 60 minutes, unless JOB_TIMEOUT was set (flag or env): JOB_TIMEOUT's 20-minute default
+    kills the suite on 8-GPU nodes. The per-node Job's deadline follows it (a minute past the wait)."""
+    return cfg.job_timeout if cfg.origin("job_timeout").source is not Source.DEFAULT else UNIT_TEST_WAIT_SECONDS
+
+
+def unit_test(t: TestContext) -> None:
+    """upstream's unit-test: gpu_unit_tests (deviceQuery, vectorAdd, nvbandwidth, DCGM diagnostics,
+    system info) in --nvidiaTestImage on one node; each unit test's verdict recorded."""
+    require_gpus(t)
+    env = {"SKIP_TESTS_SUBCOMMAND": t.cfg.skip_unit_test_subcommand or "", "DEMO_SUITE_DIR": "/usr/bin",
+           "EC2_INSTANCE_TYPE": t.topology.node_type}
+    job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("./gpu_unit_tests/unit_test",),
+                             image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env,
+                             timeout=unit_test_wait(t.cfg)))
+    job.wait_succeeded()
+    verdicts = [(m["test"], "skip" if m["skip"] else m["verdict"]) for entry in job.capture_logs()
+                if not entry.previous and entry.path.exists() for m in map(TAP_LINE.match, read_lines(entry.path)) if m]
+    for name, verdict in verdicts:
+        t.property(f"unit.{name}", verdict)
+    failed = [name for name, verdict in verdicts if verdict == "not ok"]
+    if not verdicts:
+        raise TestFailure("unit-test: no TAP result line (`ok - test_...`) in the log: did gpu_unit_tests run?")
+    if failed:
+        raise TestFailure(f"unit-test: {len(failed)} of {len(verdicts)} GPU unit tests failed: {', '.join(failed)}")
+
+
+HPC_BENCHMARKS_IMAGE = "nvcr.io/nvidia/hpc-benchmarks:25.04"
+# HPL's result row (`WR... N NB P Q Time Gflops`) and its residual check.
+HPL_RESULT = re.compile(r"^W[RC]\S+\s+\d+\s+\d+\s+\d+\s+\d+\s+[\d.]+\s+(?P<gflops>[\d.eE+-]+)")
+HPL_CHECK = re.compile(r"\|\|Ax-b\|\|.*\.\.\.\.\.\. (?P<verdict>PASSED|FAILED)")
+
+
+def hpl_affinity(gpus: int, cpus: int) -> tuple[str, str]:
+    """hpl.sh's --mem-affinity and --cpu-affinity for a rank per GPU on a node of `cpus` CPUs.
+
+    upstream's fixed `0-13:...:98-111` names 112 CPUs: on a p4d (96) ranks 7's CPUs do not exist and
+    hpl.sh fails; on a p5 (192) 80 CPUs idle. Here the CPUs are split in equal contiguous ranges, one
+    per rank, and the first half of the ranks use NUMA node 0, the rest node 1 (as upstream's
+    0:0:0:0:1:1:1:1: EC2's multi-GPU types are two-socket, CPUs numbered socket by socket)."""
+    if gpus < 1 or cpus < gpus:
+        raise TestFailure(f"hpc-benckmarks: cannot give {gpus} HPL ranks a CPU each on a node with {cpus} CPUs")
+    per = cpus // gpus
+    cpu = ":".join(f"{i * per}-{(i + 1) * per - 1}" for i in range(gpus))
+    mem = ":".join(str(i * 2 // gpus) if gpus > 1 else "0" for i in range(gpus))
+    return mem, cpu
+
+
+def hpc_benchmarks(t: TestContext) -> None:
+    """upstream's hpc-benckmarks: NVIDIA's HPL on every GPU of one node; its residual check must pass."""
+    require_gpus(t)
+    gpus = t.topology.gpus_per_node
+    mem_affinity, cpu_affinity = hpl_affinity(gpus, t.topology.nodes[0].cpus)
+    command = ("mpirun", "--allow-run-as-root", "-np", str(gpus), "-bind-to", "none", "-x", "NCCL_DEBUG=INFO",
+               "-x", "HPL_FCT_COMM_POLICY=1", "-x", "HPL_USE_NVSHMEM=0", "hpl.sh", "--mem-affinity",
+               mem_affinity, "--cpu-affinity", cpu_affinity,
+               "--no-multinode", "--dat", "hpl-linux-x86_64/sample-dat/HPL-dgx-1N.dat")
+    job = launch(t, Workload("hpc-benckmarks-job", binary=command[0], args=command[1:], image=HPC_BENCHMARKS_IMAGE,
+                             launcher="per-node", nodes=1, extra_env={"UCX_TLS": "^sysv"}))
+    job.wait_succeeded()
+    result, check = first_match(job, HPL_RESULT), first_match(job, HPL_CHECK)
+    if result is not None:
+        t.property("hpl.gflops", result["gflops"])
+    if check is None or check["verdict"] != "PASSED":
+        raise TestFailure("hpc-benckmarks: HPL's residual check did not pass: "
+                          + (check.group(0) if check else "no '||Ax-b|| ... PASSED' line in the log"))
+
+
