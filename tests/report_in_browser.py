@@ -25,7 +25,9 @@ FACTS_JS = """(() => {
   return {
     summary: all('table.summary tbody tr').map(row => ({
       verdict: row.querySelector('[data-verdict]').dataset.verdict,
-      test: row.cells[2].innerText.replace(/\\s+\\S*$/, m => m.trim() === 'canned' ? '' : m).trim(),
+      // The name is the link; the badges beside it (canned, emulated) say where the data came from.
+      test: row.cells[2].querySelector('a').innerText.trim(),
+      badges: [...row.cells[2].querySelectorAll('.badge')].map(b => b.innerText.trim()),
       reason: row.cells[6].innerText.trim(),
       reasonVisible: row.cells[6].getBoundingClientRect().bottom <= viewport,
     })),
