@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, config
 
 from ..conftest import LOCAL_CLUSTER, REPO, wait_for
-from ..localcluster.test_pod_execution import pid_alive
+from ..local_cluster.test_pod_execution import pid_alive
 
 sys.path.insert(0, str(REPO))
 from localcluster.base import linux

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import LocalCluster, image_on_real_nodes, real_node_names, wait_for
-from ..localcluster.test_trainjob_controllers import (
+from ..local_cluster.test_trainjob_controllers import (
     TRAINER,
     condition,
     conditions,

@@ -1,6 +1,6 @@
 """A node's own CPUs (localcluster/emulation/node_cpus.py) on folders laid out as the cgroup files: the
 label's parsing, the quota written in v1 and v2, the sweep moving a node's container processes in,
-and the cgroup removed once the label goes. tests/integration/localcluster/test_node_cpus.py checks the same on
+and the cgroup removed once the label goes. tests/integration/local_cluster/test_node_cpus.py checks the same on
 the machine's real cgroups, with a pod's measured share of a core."""
 
 from __future__ import annotations

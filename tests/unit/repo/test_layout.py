@@ -316,3 +316,24 @@ def test_the_layout_lists_every_docs_file_and_tests_folder():
     folders = {p.name for p in (REPO / "tests").rglob("*") if p.is_dir() and p.name != "__pycache__"
                and any(p.glob("*.py"))}
     assert set(re.findall(r"`(\w+)/`", rows["tests/"])) == folders
+
+
+def test_no_folder_of_scripts_shadows_a_package_of_the_repository():
+    """A script run by path (`python tests/integration/mpi_fault_suite.py`) has its own folder first on
+    sys.path: a subfolder there named like one of the repository's packages (`harness/`) would be
+    imported in its place. Found when tests/integration/harness/ made the MPI fault suite exit 255."""
+    packages = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
+    shadows = sorted(f"{script.relative_to(REPO)} imports {name}, but {name}/ is beside it"
+                     for script in (REPO / "tests").rglob("*.py")
+                     if "__main__" in script.read_text() and not script.name.startswith("test_")
+                     for name in top_level_imports(script) & packages
+                     if (script.parent / name).is_dir())
+    assert not shadows, f"scripts that would import a tests folder for a package: {shadows}"
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The top-level names a file imports absolutely (the ones sys.path decides)."""
+    nodes = list(ast.walk(ast.parse(path.read_text())))
+    plain = {alias.name.split(".")[0] for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+    return plain | {node.module.split(".")[0] for node in nodes
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level}

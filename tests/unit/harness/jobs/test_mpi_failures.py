@@ -1,6 +1,6 @@
 """MPIJob failures on canned objects and real launcher logs (tests/fixtures/mpirun-*.log, captured
 from the local cluster): mpirun's words, the failed rank, the lost worker, the launcher's retries,
-and the conditions that judge them. The same faults run for real in tests/integration/harness/test_mpi_launcher.py."""
+and the conditions that judge them. The same faults run for real in tests/integration/suites/test_mpi_launcher.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 from a Workload and a Placement, what fails it (conditions on canned TrainJob, JobSet and Event
 objects), which failed pods JobSet restarts, where ranks ran after a restart, and the set-up's
 choices (install Trainer and JobSet, the runtime, wait for the webhook) against a fake cluster.
-The real controllers run in tests/integration/harness/test_trainjob_launcher.py."""
+The real controllers run in tests/integration/suites/test_trainjob_launcher.py."""
 
 from __future__ import annotations
 

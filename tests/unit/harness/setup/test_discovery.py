@@ -1,5 +1,5 @@
 """Discovery's choices on canned nodes: node type, count, GPUs and EFA, each with its source
-(the real discovery against the API server runs in tests/integration/harness/test_harness_cluster.py)."""
+(the real discovery against the API server runs in tests/integration/suites/test_harness_cluster.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Scale behaviours on canned objects (through the binary on the local cluster:
-tests/integration/harness/test_scale_behaviour.py): a job larger than the node type refused at discovery,
+tests/integration/suites/test_scale_behaviour.py): a job larger than the node type refused at discovery,
 partial scheduling reported with how many pods are pending and why, messages that stay short with
 a thousand nodes, per-pod canned logs by index."""
 

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.speed, pytest.mark.full,
 LIVE_FLOOR = pytest.mark.opt_in(
     "KT2T_SPEED_LIVE",
     "every healthy run passing an absolute floor of 0.9 x its baseline runs with KT2T_SPEED_LIVE=1: this "
-    "machine's CPU speed varies by more than 10% (bench/host_cpu_noise.py; tests/integration/harness/test_speed.py)")
+    "machine's CPU speed varies by more than 10% (bench/host_cpu_noise.py; tests/integration/suites/test_speed.py)")
 
 SLOWED = "kwok-cpu-1"
 RUNS = int(os.environ.get("KT2T_SPEED_RUNS", "3"))  # healthy runs judged node by node

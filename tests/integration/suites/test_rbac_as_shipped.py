@@ -1,7 +1,7 @@
 """manifests/rbac.yaml as a user applies it (README, "Run it against your own cluster"): `kubectl apply
 -f` of the file as shipped, nothing rendered; the ServiceAccount it makes in `default` may then do
 what the suites do and nothing the file does not grant. The harness's own tests apply it through
-harness.cluster.manifests.rbac_objects (tests/integration/harness/test_reliability.py)."""
+harness.cluster.manifests.rbac_objects (tests/integration/suites/test_reliability.py)."""
 
 from __future__ import annotations
 
