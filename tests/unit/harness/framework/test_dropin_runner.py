@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import junitparser
 import pytest
@@ -23,6 +24,7 @@ from harness.config.topology import NodeInfo, Topology
 from harness.errors import Interrupted, TestFailure
 from harness.framework.context import TEST2JSON_MARKER, TestContext
 from harness.framework.suite import Feature, Suite
+from harness.jobs import gpu_sharing
 from harness.jobs.workload import Workload
 from harness.runner import EXIT_FAIL, EXIT_PANIC, EXIT_PASS, EXIT_USAGE, Runner, main
 from testbins import e2e_nvidia
@@ -305,6 +307,7 @@ class LaunchedJob:
 
     def __init__(self, t: TestContext, workload: Workload, launched: list[str]) -> None:
         self.test, self.name = t.name, workload.job_name
+        self.namespace, self.selector = "ns", "job=x"
         launched.append(f"{t.name}: {workload.job_name}")
 
     def wait_succeeded(self) -> None:
@@ -362,6 +365,51 @@ def test_nvidia_test_assess_launches_every_feature_and_judges_only_what_it_names
     assert ("TestNodePairs/the_slow_node_named" in skipped) is (called == "e2e-nvidia")
     assert ("TestGPUCapacity/GPUs_seen" in skipped) is (called == "e2e-nvidia")
     assert '        Skipping assessment "Unit test Job succeeds": name not matched' in out
+
+
+class SharingPlugin:
+    """The sharing device plugin, without a cluster: nothing to share or restore."""
+
+    def __init__(self, *_: object, **__: object) -> None:
+        self.workload: tuple[str, str] | None = None
+
+    def share(self) -> None:
+        pass
+
+    def restore(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("assess", "status", "judged", "skipped"), [
+    ("advertises", EXIT_PASS, None, ["oversubscribed_pods_share_a_physical_GPU_concurrently",
+                                     "GPU_is_in_EXCLUSIVE_PROCESS_compute_mode"]),
+    ("advertises|EXCLUSIVE", EXIT_FAIL, "judged gpu-sharing-mps",
+     ["oversubscribed_pods_share_a_physical_GPU_concurrently"]),
+])
+def test_mps_judges_each_of_its_assessments_apart(env, capsys, nvidia_without_cluster, monkeypatch, assess, status,
+                                                  judged, skipped):
+    """TestMps' one flow (harness/jobs/gpu_sharing.py) split into its three declared assessments: what
+    the nodes advertise is judged alone, the pods are waited for only by an assessment that judges
+    them. Before, --assess=advertises ran the whole flow (the pods judged: exit 1)."""
+    monkeypatch.setattr(gpu_sharing, "GpuSharing", SharingPlugin)
+    monkeypatch.setattr(gpu_sharing, "image", lambda *_, **__: "example.com/image:tag")
+    monkeypatch.setattr(gpu_sharing, "launch",
+                        lambda t, workload, *_: LaunchedJob(t, workload, nvidia_without_cluster))
+    # the nodes advertise their 8 GPUs x 4 replicas (GPU_SHARING_REPLICAS' default) at once
+    monkeypatch.setattr(gpu_sharing, "wait_for", lambda *_, **__: None)
+    monkeypatch.setattr(gpu_sharing, "advertised", lambda _items: {"p5-0": 32, "p5-1": 32})
+    monkeypatch.setattr(Runner, "_set_up", lambda runner: runner.session.__dict__.update(
+        topology=two_p5_nodes(), cluster=SimpleNamespace(list=lambda *_: {"items": []}, request_count=0)))
+    argv = ["-test.v", "-test.run=^TestMps$", "--mpsEnabled=true", f"--assess={assess}"]
+    assert main(e2e_nvidia.SUITE, argv) == status
+    assert nvidia_without_cluster == ["TestMps: gpu-sharing-mps"]  # setup: the pods launched either way
+    results = {case.name: case for case in cases(env, "e2e-nvidia")}
+    mps = results.pop("TestMps")
+    assert (mps.result[0].message if mps.result else None) == judged
+    # judged, and recorded with the others at the end: a pods' assessment that fails first leaves it unrecorded
+    # (as before the split, when the pods' wait failed)
+    assert ("verdict: 1 checks ran; passed: gpu_sharing.advertised" in capsys.readouterr().out) is (judged is None)
+    assert {name.removeprefix("TestMps/") for name in results} == set(skipped)
 
 
 def keeps_recorder(kept: dict[str, bool], fail: bool):
