@@ -6,7 +6,8 @@ the NVIDIA device plugin (the run's, or one present before it) is replaced by on
 the type is filled with pods of one GPU each, all at once (manifests/scripts/gpu-sharing-workload.sh:
 each prints its GPU's UUID and compute mode, then holds the GPU SHARING_HOLD_SECONDS); and
 harness/verdict/gpu_sharing.py judges what the nodes advertise, the overlap, the GPUs the pods
-name and (MPS) the compute mode. The verdict is recorded as every assessment's is.
+name and (MPS) the compute mode, each in the feature's assessment of that name (--assess selects
+them one by one). The checks judged are recorded as one verdict, as every assessment's is.
 """
 
 from __future__ import annotations
