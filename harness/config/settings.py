@@ -371,8 +371,7 @@ class Config:
                                                          parse_label_filter, "comma-separated key=value pairs",
                                                          flags=("skip-labels",), default={}, group=E2E_FRAMEWORK)
     assess: str | None = setting("run only the assessments whose names match this regexp (unanchored); the others "
-                                 "are skipped subtests, their features still set up and tear down (a feature judged "
-                                 "in one step runs when one of its assessments matches)",
+                                 "are skipped subtests, their features still set up and tear down",
                                  parse_regex, "a regular expression", flags=("assess",), group=E2E_FRAMEWORK)
     skip_assessment: str | None = setting("skip the assessments whose names match this regexp (unanchored), as "
                                           "--assess skips the others",

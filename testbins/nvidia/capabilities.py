@@ -32,6 +32,6 @@ def test_nvidia_driver_capabilities(t: TestContext) -> None:
     job = launch(t, Workload("moderngl-pod", binary="/bin/bash", args=("-c", CAPABILITIES_SCRIPT),
                              image=CAPABILITIES_IMAGE, launcher="per-node", nodes=1,
                              extra_env={"NVIDIA_DRIVER_CAPABILITIES": "all"}, capabilities=APT_CAPABILITIES))
-    job.wait_succeeded()
+    t.assessment("Check Pod becomes ready", job.wait_succeeded)
 
 

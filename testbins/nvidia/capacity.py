@@ -29,6 +29,13 @@ def test_gpu_capacity(t: TestContext) -> None:
     them all."""
     if t.cfg.accelerator == "cpu":
         t.skip("no GPUs to check with ACCELERATOR=cpu")
+    # The whole test is its one assessment: what the nodes advertise is judged before anything is
+    # launched (a node short of GPUs would leave the listing's pod Pending), so there is no setup.
+    t.assessment("GPUs seen", lambda: gpus_seen(t))
+
+
+def gpus_seen(t: TestContext) -> None:
+    """The assessment: advertised GPUs and EFA judged, then `nvidia-smi -L` on every node."""
     record_verdict(t, judge_advertised(t.topology))
     listing = launch(t, Workload("gpu-capacity", binary="nvidia-smi", args=("-L",), image=image(t, "nccl_tests_image"),
                                  launcher="per-node"))

@@ -23,10 +23,14 @@ def test_containerd_config(t: TestContext) -> None:
     job = launch(t, Workload("containerd-check", binary="sh", args=("-c", CONTAINERD_SCRIPT),
                              image=CONTAINERD_CHECK_IMAGE, launcher="daemonset",
                              host_paths={"/host-etc/containerd": "/etc/containerd"}))
-    job.wait_succeeded()
-    silent = [entry.pod for entry in job.capture_logs() if not entry.previous
-              and not any(CONTAINERD_PASSED in line for line in read_lines(entry.path))]
-    if silent:
-        raise TestFailure(f"containerd-config-check: no '{CONTAINERD_PASSED}' in the log of {', '.join(silent)}")
+
+    def ready_and_passed() -> None:
+        job.wait_succeeded()
+        silent = [entry.pod for entry in job.capture_logs() if not entry.previous
+                  and not any(CONTAINERD_PASSED in line for line in read_lines(entry.path))]
+        if silent:
+            raise TestFailure(f"containerd-config-check: no '{CONTAINERD_PASSED}' in the log of {', '.join(silent)}")
+
+    t.assessment("DaemonSet becomes ready", ready_and_passed)
 
 

@@ -47,7 +47,8 @@ class NcclSweep:
 
 
 def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
-    """nccl-tests in an MPIJob like upstream's; results, bus bandwidth and the EFA path checked."""
+    """nccl-tests in an MPIJob like upstream's, launched; then the assessment `MPIJob succeeds`:
+    results, bus bandwidth and the EFA path checked."""
     efa = bool(t.topology.efa_per_node)
     workload = Workload(
         sweep.job_name, binary=f"{NCCL_TESTS_DIR}/{sweep.operation}",
@@ -56,7 +57,6 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
         extra_env={"NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": str(sweep.buffsize),
                    **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {})})
     job = launch(t, workload)
-    job.wait_succeeded()
     nodes = sweep.nodes or t.topology.node_count
 
     def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
@@ -66,7 +66,11 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
             verdict.add(check_gdrdma(t, job.capture_logs()))
         return verdict
 
-    assess(t, job, more=bandwidth_and_path)
+    def succeeds() -> None:
+        job.wait_succeeded()
+        assess(t, job, more=bandwidth_and_path)
+
+    t.assessment("MPIJob succeeds", succeeds)
 
 
 def check_gdrdma(t: TestContext, logs: list[CapturedLog]) -> Check:
@@ -114,12 +118,16 @@ def single_node(t: TestContext) -> None:
     job = launch(t, Workload("pytorch-training-single-node", binary="python", args=("-c", UPSTREAM_MNIST),
                              image=image(t, "pytorch_image"), launcher="per-node", nodes=1,
                              extra_env={"NCCL_DEBUG": "INFO"}))
-    job.wait_succeeded()
-    found = first_match(job, MNIST_TEST_LINE)
-    if found is None:
-        raise TestFailure("single-node: the MNIST example printed no 'Test set: Average loss: ..., Accuracy: ...' "
-                          "line: it did not train (upstream's command exits 0 even so)")
-    t.property("mnist.test_loss", found["loss"])
-    t.property("mnist.accuracy", f"{int(found['right']) / int(found['total']):.4f}")
+
+    def succeeds() -> None:
+        job.wait_succeeded()
+        found = first_match(job, MNIST_TEST_LINE)
+        if found is None:
+            raise TestFailure("single-node: the MNIST example printed no 'Test set: Average loss: ..., "
+                              "Accuracy: ...' line: it did not train (upstream's command exits 0 even so)")
+        t.property("mnist.test_loss", found["loss"])
+        t.property("mnist.accuracy", f"{int(found['right']) / int(found['total']):.4f}")
+
+    t.assessment("MPIJob succeeds", succeeds)
 
 

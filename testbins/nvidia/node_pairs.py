@@ -10,7 +10,7 @@ from harness.jobs.images import image
 from harness.jobs.job import launch
 from harness.jobs.workload import Workload
 from harness.verdict.checks import Check, Verdict
-from harness.verdict.node_pairs import Group, NodeResult, judge, plan
+from harness.verdict.node_pairs import Group, NodeResult, Plan, judge, plan
 from testbins.nvidia.common import NCCL_TESTS_DIR
 
 PAIR_SECONDS = 3
@@ -78,7 +78,13 @@ def test_node_pairs(t: TestContext) -> None:
     the_plan = plan(nodes)
     for a, b in the_plan.inseparable:
         t.logf("%s and %s share a group in both passes (%d nodes): they cannot be told apart", a, b, len(nodes))
+    # Setup: both passes (the second starts when the first has ended); the assessment judges them.
     figures = [run_pass(t, number, groups) for number, groups in enumerate(the_plan.passes, start=1)]
+    t.assessment("the slow node named", lambda: name_the_slow_node(t, the_plan, figures))
+
+
+def name_the_slow_node(t: TestContext, the_plan: Plan, figures: list[dict[Group, float | None]]) -> None:
+    """The assessment: each node judged on both passes' figures, one subtest per node."""
     results = judge(the_plan, figures, t.cfg.straggler_fraction)
     t.result_json.verdict.references["node_pairs"] = {
         "passes": [[{"nodes": list(g), "busbw_gbps": figures[p].get(g)} for g in groups]

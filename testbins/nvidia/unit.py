@@ -8,7 +8,7 @@ from harness.config.settings import Config, Source
 from harness.errors import TestFailure
 from harness.framework.context import TestContext
 from harness.jobs.images import image
-from harness.jobs.job import launch
+from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import read_lines
 from testbins.nvidia.common import first_match, require_gpus
@@ -36,6 +36,11 @@ def unit_test(t: TestContext) -> None:
     job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("./gpu_unit_tests/unit_test",),
                              image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env,
                              timeout=unit_test_wait(t.cfg)))
+    t.assessment("Unit test Job succeeds", lambda: unit_tests_passed(t, job))
+
+
+def unit_tests_passed(t: TestContext, job: Job) -> None:
+    """The unit-test Job succeeds and every TAP line it printed says ok (or skip), each recorded."""
     job.wait_succeeded()
     verdicts = [(m["test"], "skip" if m["skip"] else m["verdict"]) for entry in job.capture_logs()
                 if not entry.previous and entry.path.exists() for m in map(TAP_LINE.match, read_lines(entry.path)) if m]
@@ -80,6 +85,11 @@ def hpc_benchmarks(t: TestContext) -> None:
                "--no-multinode", "--dat", "hpl-linux-x86_64/sample-dat/HPL-dgx-1N.dat")
     job = launch(t, Workload("hpc-benckmarks-job", binary=command[0], args=command[1:], image=HPC_BENCHMARKS_IMAGE,
                              launcher="per-node", nodes=1, extra_env={"UCX_TLS": "^sysv"}))
+    t.assessment("HPC test Job succeeds", lambda: hpl_passed(t, job))
+
+
+def hpl_passed(t: TestContext, job: Job) -> None:
+    """The HPL Job succeeds and its residual check passed; its Gflops recorded."""
     job.wait_succeeded()
     result, check = first_match(job, HPL_RESULT), first_match(job, HPL_CHECK)
     if result is not None:

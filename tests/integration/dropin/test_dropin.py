@@ -105,6 +105,26 @@ def test_upstream_nccl_ci_line_runs_the_three_multi_node_features(nodes: LocalCl
     assert_installed_and_removed(done, nodes, "e2e-nvidia", artifacts, DEVICE_PLUGIN, EFA_PLUGIN)
 
 
+def test_skip_assessment_launches_the_feature_and_judges_nothing_of_it(nodes: LocalCluster, tmp_path: Path):
+    """e2e-framework's --skip-assessment on nvidia.test (issue 33 item 5): hpc-benckmarks still runs its
+    setup (its Job rendered and launched) but its one assessment is a skipped subtest, never judged
+    (no HPL figure recorded); unit-test is judged as without the flag. Before, a feature whose only
+    assessment was skipped was not run at all."""
+    nodes.set_nodes("p5", 2, efa=32)
+    artifacts = tmp_path / "artifacts"
+    done = kubetest2(nodes, artifacts, "exec", "nvidia.test", "--test.v", "--test.run=^TestSingleNodeUnitTest$",
+                     "--skip-assessment=^HPC test", f"--nvidiaTestImage={IMAGE}", "--nodeType=p5.48xlarge",
+                     env=NVIDIA_SUITE)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    cases = junit_cases(artifacts, "e2e-nvidia")
+    skipped = "TestSingleNodeUnitTest/hpc-benckmarks/HPC_test_Job_succeeds"
+    assert cases[skipped].is_skipped and "name matched" in cases[skipped].result[0].message
+    assert cases["TestSingleNodeUnitTest/hpc-benckmarks"].is_passed
+    assert "hpl.gflops" not in case_properties(cases["TestSingleNodeUnitTest/hpc-benckmarks"])
+    assert "launched hpc-benckmarks-job" in done.stdout
+    assert case_properties(cases["TestSingleNodeUnitTest/unit-test"])["unit.test_01_device_query"] == "ok"
+
+
 def test_every_test_of_the_nvidia_suite_passes_on_gpu_nodes(cluster: LocalCluster,
                                                             tmp_path_factory: pytest.TempPathFactory):
     # The run is shared (as the ServiceAccount, once a session): test_reliability.py judges its RBAC.

@@ -160,12 +160,6 @@ def test_labels_need_every_key_and_skip_labels_any():
     assert names(selector("--labels=suite=neuron"), suite) == []
 
 
-def test_assessments_select_features():
-    suite = e2e_nvidia.SUITE
-    assert names(selector("--assess=DaemonSet"), suite) == ["TestContainerdConfig"]
-    assert "TestContainerdConfig" not in names(selector("--skip-assessment=DaemonSet"), suite)
-
-
 # upstream's Assess(...) names (test/cases/nvidia*/*_test.go), feature by feature.
 UPSTREAM_ASSESSMENTS = {
     ("TestMPIJobPytorchTraining", "single-node"): ("MPIJob succeeds",),
@@ -191,26 +185,44 @@ def test_upstream_features_carry_upstreams_assessment_names():
     assert declared == UPSTREAM_ASSESSMENTS
 
 
+def kept_assessments(sel: Selector, suite: Suite) -> list[str]:
+    """The assessments `sel` runs, test by test (`TestX: name`, as the run names them)."""
+    return [f"{s.test.name}: {name}" for s in sel.select(suite) for f in s.features
+            for name in f.assessment_names(sel.cfg) if sel.assessment_skip(name) is None]
+
+
 def test_assess_filters_upstreams_names_the_dcgm_level_included():
     suite = e2e_nvidia.SUITE
-    assert names(selector("--assess=oversubscribed pods share"), suite) == ["TestTimeSlicing", "TestMps"]
-    assert names(selector("--assess=EXCLUSIVE_PROCESS"), suite) == ["TestMps"]
-    assert names(selector("--assess=^DCGM level-4 "), suite) == ["TestDcgmDiagnostics"]
-    assert names(selector("--assess=^DCGM level-4 ", "--dcgmDiagLevel=2"), suite) == []
-    assert names(selector("--assess=^DCGM level-2 ", "--dcgmDiagLevel=2"), suite) == ["TestDcgmDiagnostics"]
-    skipped = names(selector("--skip-assessment=node advertises|oversubscribed|EXCLUSIVE_PROCESS"), suite)
-    assert "TestTimeSlicing" not in skipped and "TestMps" not in skipped
-    assert "TestDcgmDiagnostics" in skipped
+    assert kept_assessments(selector("--assess=DaemonSet"), suite) == ["TestContainerdConfig: DaemonSet becomes ready"]
+    assert kept_assessments(selector("--assess=oversubscribed pods share"), suite) == [
+        "TestTimeSlicing: oversubscribed pods share a physical GPU concurrently",
+        "TestMps: oversubscribed pods share a physical GPU concurrently"]
+    assert kept_assessments(selector("--assess=EXCLUSIVE_PROCESS"), suite) == [
+        "TestMps: GPU is in EXCLUSIVE_PROCESS compute mode"]
+    assert kept_assessments(selector("--assess=^DCGM level-4 "), suite) == [
+        "TestDcgmDiagnostics: DCGM level-4 diagnostic passes"]
+    assert kept_assessments(selector("--assess=^DCGM level-4 ", "--dcgmDiagLevel=2"), suite) == []
+    assert kept_assessments(selector("--assess=^DCGM level-2 ", "--dcgmDiagLevel=2"), suite) == [
+        "TestDcgmDiagnostics: DCGM level-2 diagnostic passes"]
+    kept = kept_assessments(selector("--skip-assessment=node advertises|oversubscribed|EXCLUSIVE_PROCESS"), suite)
+    assert not any(name.startswith(("TestTimeSlicing:", "TestMps:")) for name in kept)
+    assert "TestDcgmDiagnostics: DCGM level-4 diagnostic passes" in kept
 
 
-def test_assess_keeps_the_features_that_mark_their_assessments_as_e2e_framework_does():
+@pytest.mark.parametrize("suite", [e2e_nvidia.SUITE, e2e_nvidia_training.SUITE], ids=lambda s: s.binary)
+def test_assess_keeps_every_feature_as_e2e_framework_does(suite):
     """e2e-framework runs a feature whatever --assess says (setup, teardown; its assessments skipped
-    one by one: test_dropin_runner), so the training tests, which mark theirs, stay selected."""
-    suite = e2e_nvidia_training.SUITE
+    one by one: test_dropin_runner), so every feature of both binaries, which all mark theirs, stays
+    selected. Before the GPU binary's features marked theirs, --assess=DaemonSet kept
+    TestContainerdConfig alone."""
     assert all(f.marks_assessments for t in suite.tests for f in t.features)
     everything = names(selector(), suite)
     assert names(selector("--assess=no such assessment"), suite) == everything
+    assert names(selector("--assess=DaemonSet"), suite) == everything
     assert names(selector("--skip-assessment=."), suite) == everything
+
+
+def test_assessment_skip_says_why_as_e2e_framework_does():
     sel = selector("--assess=^BERT training", "--skip-assessment=resumes")
     assert sel.assessment_skip("BERT training Job succeeds") is None
     assert sel.assessment_skip("training succeeds") == 'Skipping assessment "training succeeds": name not matched'

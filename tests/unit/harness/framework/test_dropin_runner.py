@@ -14,14 +14,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import junitparser
 import pytest
 
+from harness.config.settings import Origin, Source
+from harness.config.topology import NodeInfo, Topology
 from harness.errors import Interrupted, TestFailure
 from harness.framework.context import TEST2JSON_MARKER, TestContext
 from harness.framework.suite import Feature, Suite
+from harness.jobs import gpu_sharing
+from harness.jobs.workload import Workload
 from harness.runner import EXIT_FAIL, EXIT_PANIC, EXIT_PASS, EXIT_USAGE, Runner, main
+from testbins import e2e_nvidia
+from testbins.nvidia import capabilities, capacity, containerd, dcgm, mpi, nccl, node_pairs, unit
 
 GO_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "go-test2json"
 
@@ -293,6 +300,116 @@ def test_an_assessment_its_feature_does_not_declare_is_an_error(env):
         lambda t: t.assessment("undeclared", lambda: None))
     assert main(suite, []) == EXIT_FAIL
     assert "assessment 'undeclared' is not one its feature declares" in cases(env)[0].result[0].message
+
+
+class LaunchedJob:
+    """What the GPU binary's features launch here: no cluster; waiting for it is judging it, and fails."""
+
+    def __init__(self, t: TestContext, workload: Workload, launched: list[str]) -> None:
+        self.test, self.name = t.name, workload.job_name
+        self.namespace, self.selector = "ns", "job=x"
+        launched.append(f"{t.name}: {workload.job_name}")
+
+    def wait_succeeded(self) -> None:
+        raise TestFailure(f"judged {self.name}")
+
+
+def two_p5_nodes() -> Topology:
+    nodes = tuple(NodeInfo(f"p5-{i}", "p5.48xlarge", 8, 32, True, cpus=192) for i in range(2))
+    origins = {name: Origin(Source.DISCOVERED, "canned") for name in ("node_type", "node_count", "gpus_per_node",
+                                                                     "efa_per_node")}
+    return Topology("p5.48xlarge", nodes, 8, 32, origins)
+
+
+@pytest.fixture
+def nvidia_without_cluster(monkeypatch) -> list[str]:
+    """The GPU binary's own features on two p5 nodes, with every launch recorded (and nothing applied)."""
+    launched: list[str] = []
+    monkeypatch.setattr(Runner, "_set_up", lambda runner: setattr(runner.session, "topology", two_p5_nodes()))
+    for module in (nccl, mpi, unit, capabilities, containerd, dcgm, capacity, node_pairs):
+        monkeypatch.setattr(module, "launch", lambda t, workload, *_: LaunchedJob(t, workload, launched))
+        if hasattr(module, "image"):
+            monkeypatch.setattr(module, "image", lambda *_, **__: "example.com/image:tag")
+    return launched
+
+
+@pytest.mark.parametrize(("called", "status"), [("e2e-nvidia", EXIT_FAIL), ("nvidia.test", EXIT_PASS)])
+def test_nvidia_test_assess_launches_every_feature_and_judges_only_what_it_names(env, capsys, nvidia_without_cluster,
+                                                                                called, status):
+    """`nvidia.test --assess='bus bandwidth'`: every feature still launches its Job (setup), and only
+    TestNCCLAllReduce's assessment (ours: run under e2e-nvidia) is judged; every other assessment is
+    a skipped subtest saying why. Before the GPU binary's features marked their assessments,
+    --assess kept or dropped whole features: only TestNCCLAllReduce launched (nvidia.test: none,
+    exit 1 "no test or feature matches")."""
+    argv = ["-test.v", "--assess=bus bandwidth", "--dcgmDiagEnabled=true"]
+    assert main(e2e_nvidia.SUITE, argv, called=called) == status
+    out = capsys.readouterr().out
+    launched = sorted({line.partition(": ")[0] for line in nvidia_without_cluster})
+    upstream = ["TestContainerdConfig", "TestDcgmDiagnostics", "TestMPIJobPytorchTraining/multi-node:all_gather_perf",
+                "TestMPIJobPytorchTraining/multi-node:all_reduce_perf",
+                "TestMPIJobPytorchTraining/multi-node:alltoall_perf", "TestMPIJobPytorchTraining/single-node",
+                "TestNvidiaDriverCapabilities", "TestSingleNodeUnitTest/hpc-benckmarks",
+                "TestSingleNodeUnitTest/unit-test"]
+    # TestGPUCapacity's one assessment is the whole test (what the nodes advertise, judged first): no setup.
+    ours = ["TestNCCLAllReduce", "TestNCCLTests/multi-node", "TestNCCLTests/single-node", "TestNodePairs"]
+    assert launched == sorted(upstream + (ours if called == "e2e-nvidia" else []))
+    results = {case.name: case.result[0].message if case.result else "passed"
+               for case in cases(env, "e2e-nvidia")}
+    judged = {name: message for name, message in results.items() if message.startswith("judged")}
+    assert judged == ({"TestNCCLAllReduce": "judged nccl-allreduce"} if called == "e2e-nvidia" else {})
+    skipped = {name for name, message in results.items() if message.startswith("Skipping assessment")}
+    assert {"TestMPIJobPytorchTraining/single-node/MPIJob_succeeds", "TestSingleNodeUnitTest/unit-test/"
+            "Unit_test_Job_succeeds", "TestDcgmDiagnostics/DCGM_level-4_diagnostic_passes",
+            "TestContainerdConfig/DaemonSet_becomes_ready", "TestNvidiaDriverCapabilities/Check_Pod_becomes_ready",
+            "TestSingleNodeUnitTest/hpc-benckmarks/HPC_test_Job_succeeds"} <= skipped
+    assert ("TestNodePairs/the_slow_node_named" in skipped) is (called == "e2e-nvidia")
+    assert ("TestGPUCapacity/GPUs_seen" in skipped) is (called == "e2e-nvidia")
+    assert '        Skipping assessment "Unit test Job succeeds": name not matched' in out
+
+
+class SharingPlugin:
+    """The sharing device plugin, without a cluster: nothing to share or restore."""
+
+    def __init__(self, *_: object, **__: object) -> None:
+        self.workload: tuple[str, str] | None = None
+
+    def share(self) -> None:
+        pass
+
+    def restore(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("assess", "status", "judged", "skipped"), [
+    ("advertises", EXIT_PASS, None, ["oversubscribed_pods_share_a_physical_GPU_concurrently",
+                                     "GPU_is_in_EXCLUSIVE_PROCESS_compute_mode"]),
+    ("advertises|EXCLUSIVE", EXIT_FAIL, "judged gpu-sharing-mps",
+     ["oversubscribed_pods_share_a_physical_GPU_concurrently"]),
+])
+def test_mps_judges_each_of_its_assessments_apart(env, capsys, nvidia_without_cluster, monkeypatch, assess, status,
+                                                  judged, skipped):
+    """TestMps' one flow (harness/jobs/gpu_sharing.py) split into its three declared assessments: what
+    the nodes advertise is judged alone, the pods are waited for only by an assessment that judges
+    them. Before, --assess=advertises ran the whole flow (the pods judged: exit 1)."""
+    monkeypatch.setattr(gpu_sharing, "GpuSharing", SharingPlugin)
+    monkeypatch.setattr(gpu_sharing, "image", lambda *_, **__: "example.com/image:tag")
+    monkeypatch.setattr(gpu_sharing, "launch",
+                        lambda t, workload, *_: LaunchedJob(t, workload, nvidia_without_cluster))
+    # the nodes advertise their 8 GPUs x 4 replicas (GPU_SHARING_REPLICAS' default) at once
+    monkeypatch.setattr(gpu_sharing, "wait_for", lambda *_, **__: None)
+    monkeypatch.setattr(gpu_sharing, "advertised", lambda _items: {"p5-0": 32, "p5-1": 32})
+    monkeypatch.setattr(Runner, "_set_up", lambda runner: runner.session.__dict__.update(
+        topology=two_p5_nodes(), cluster=SimpleNamespace(list=lambda *_: {"items": []}, request_count=0)))
+    argv = ["-test.v", "-test.run=^TestMps$", "--mpsEnabled=true", f"--assess={assess}"]
+    assert main(e2e_nvidia.SUITE, argv) == status
+    assert nvidia_without_cluster == ["TestMps: gpu-sharing-mps"]  # setup: the pods launched either way
+    results = {case.name: case for case in cases(env, "e2e-nvidia")}
+    mps = results.pop("TestMps")
+    assert (mps.result[0].message if mps.result else None) == judged
+    # judged, and recorded with the others at the end: a pods' assessment that fails first leaves it unrecorded
+    # (as before the split, when the pods' wait failed)
+    assert ("verdict: 1 checks ran; passed: gpu_sharing.advertised" in capsys.readouterr().out) is (judged is None)
+    assert {name.removeprefix("TestMps/") for name in results} == set(skipped)
 
 
 def keeps_recorder(kept: dict[str, bool], fail: bool):
