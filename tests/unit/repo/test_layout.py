@@ -1,8 +1,9 @@
-"""The layout of the layered packages (harness/, localcluster/), kept: no import cycle between their
-modules, and no arrow between their parts that the importing part's docstring does not allow (its
-`May import:` paragraph, the one place the layer rules are written); and no import cycle anywhere in
-the repository. Every import counts: module-level, inside a function, under TYPE_CHECKING. Read
-from the source with `ast`, so nothing is imported and nothing is missed because a branch did not run.
+"""The layout of the ruled packages (harness/, localcluster/, testbins/, workloads/), kept: no import
+cycle between their modules, and no arrow between their parts (or into another package) that the
+importing part's docstring does not allow (its `May import:` paragraph, the one place the layer rules
+are written); and no import cycle anywhere in the repository. Every import counts: module-level,
+inside a function, under TYPE_CHECKING. Read from the source with `ast`, so nothing is imported and
+nothing is missed because a branch did not run.
 
 A part is a subpackage of a layered package (harness.verdict, localcluster.control) or a module at
 its top level (harness.runner, localcluster.cli).
@@ -22,6 +23,10 @@ REPO = Path(__file__).resolve().parents[3]
 HARNESS = REPO / "harness"
 # The packages whose parts state their rules; their top-level names are what `imported` follows.
 LAYERED = ("harness", "localcluster")
+# Every package whose imports are ruled: the layered ones part by part; testbins and workloads by
+# their subpackages, a top-level module keeping its package's rules (its __init__.py docstring).
+# An arrow into another package is allowed by naming that package (`harness`) or its part.
+RULED = (*LAYERED, "testbins", "workloads")
 # Every folder of this repository's own Python, for the repository-wide cycle check (hack/go's
 # vendored module caches and the like hold none of ours).
 OWN_CODE = ("harness", "localcluster", "testbins", "workloads", "manifests", "bench", "hack", "tests")
@@ -43,14 +48,14 @@ def module_name(path: Path, root: Path = REPO) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules(root: Path = REPO, folders: tuple[str, ...] = LAYERED) -> dict[str, Path]:
+def modules(root: Path = REPO, folders: tuple[str, ...] = RULED) -> dict[str, Path]:
     """Every module under root/<folder> for each folder, by dotted name (a package by its __init__.py)."""
     return {module_name(path, root): path for folder in folders for path in sorted((root / folder).rglob("*.py"))
             if "__pycache__" not in path.parts}
 
 
 def imported(path: Path, known: dict[str, Path], root: Path = REPO,
-             tops: tuple[str, ...] = LAYERED) -> Iterator[tuple[str, int]]:
+             tops: tuple[str, ...] = RULED) -> Iterator[tuple[str, int]]:
     """The modules of `tops` a file imports, wherever the import stands: `from harness.x import y`
     names harness.x.y when that is a module, else harness.x; relative imports are resolved."""
     own = module_name(path, root)
@@ -72,7 +77,7 @@ def imported(path: Path, known: dict[str, Path], root: Path = REPO,
                 yield (sub if sub in known else base), node.lineno
 
 
-def arrows(known: dict[str, Path], root: Path = REPO, tops: tuple[str, ...] = LAYERED) -> list[Arrow]:
+def arrows(known: dict[str, Path], root: Path = REPO, tops: tuple[str, ...] = RULED) -> list[Arrow]:
     return [Arrow(source, target, f"{path.relative_to(root)}:{line}")
             for source, path in known.items() for target, line in imported(path, known, root, tops)
             if target != source]
@@ -109,8 +114,11 @@ def root_of(module: str) -> str:
 
 
 def parts(known: dict[str, Path]) -> dict[str, Path]:
-    """Each part and the file whose docstring states its rules (a package's __init__.py)."""
-    return {name: path for name, path in known.items() if name.count(".") == 1}
+    """Each part and the file whose docstring states its rules (a package's __init__.py); outside the
+    layered packages only subpackages are parts, and the package itself states its modules' rules."""
+    return {name: path for name, path in known.items()
+            if (name.count(".") == 1 and (root_of(name) in LAYERED or path.name == "__init__.py"))
+            or (name.count(".") == 0 and name not in LAYERED)}
 
 
 def allowed(path: Path) -> set[str]:
@@ -120,7 +128,7 @@ def allowed(path: Path) -> set[str]:
     if found is None:
         raise AssertionError(f"{path}: its docstring has no `May import:` paragraph "
                              "(expected e.g. `May import: harness.errors, harness.config.`)")
-    return set(re.findall(r"\b(?:harness|localcluster)(?:\.\w+)?\b", found["what"]))
+    return set(re.findall(rf"\b(?:{'|'.join(RULED)})(?:\.\w+)?\b", found["what"]))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -170,14 +178,26 @@ def cycle_problems(edges: list[Arrow], of: Callable[[str], str] = str) -> list[s
     return problems
 
 
+def ruled_part(module: str, rules: dict[str, set[str]]) -> str:
+    """The part whose rules hold for a module; a top-level module of testbins or workloads is its package's."""
+    part = part_of(module)
+    return part if root_of(part) in LAYERED or part in rules else root_of(part)
+
+
 def layer_problems(known: dict[str, Path], root: Path = REPO) -> list[str]:
     rules = {name: allowed(path) for name, path in parts(known).items()}
     problems = []
     for arrow in arrows(known, root):
-        source, target = part_of(arrow.source), part_of(arrow.target)
-        if source != target and target != root_of(target) and target not in rules.get(source, set()):
-            problems.append(f"{arrow.source} imports {arrow.target} ({arrow.where}): {source} may import "
-                            f"only {', '.join(sorted(rules.get(source, ()))) or f'nothing of {root_of(source)}'}")
+        source, target = ruled_part(arrow.source, rules), ruled_part(arrow.target, rules)
+        ruler, mine = source, rules.get(source, set())
+        across = root_of(source) != root_of(target)
+        if across and not (root_of(target) in mine or target in mine):
+            others = sorted(name for name in mine if root_of(name) != root_of(source))
+            problems.append(f"{arrow.source} imports {arrow.target} ({arrow.where}): {ruler} may import "
+                            f"only {', '.join(others) or 'nothing of another package'}")
+        elif not across and source != target and target != root_of(target) and target not in mine:
+            problems.append(f"{arrow.source} imports {arrow.target} ({arrow.where}): {ruler} may import "
+                            f"only {', '.join(sorted(mine)) or f'nothing of {root_of(source)}'}")
     return problems
 
 
@@ -205,7 +225,7 @@ def test_every_part_says_what_it_owns_and_may_import():
         doc = ast.get_docstring(ast.parse(path.read_text()))
         assert doc and len(doc.split()) > 12, f"{path.relative_to(REPO)}: no docstring saying what {name} owns"
         allowed(path)  # raises naming the file when the rules are missing
-    for folder in (p for top in LAYERED for p in (REPO / top).rglob("*") if p.is_dir() and p.name != "__pycache__"
+    for folder in (p for top in RULED for p in (REPO / top).rglob("*") if p.is_dir() and p.name != "__pycache__"
                    and any(p.glob("*.py"))):
         assert (folder / "__init__.py").exists(), f"{folder.relative_to(REPO)} has no __init__.py: " \
             "pyproject's package discovery would not ship it"
@@ -277,6 +297,22 @@ def test_a_forbidden_arrow_is_named_with_its_line(tmp_path):
     assert layer_problems(known, tmp_path) == [
         "harness.verdict.training imports harness.cluster.client (harness/verdict/training.py:3): "
         "harness.verdict may import only harness.errors"]
+
+
+def test_an_arrow_into_another_package_needs_its_name_in_the_rules(tmp_path):
+    known = write_house(tmp_path, {
+        "harness/__init__.py": '"""Root.\n\nMay import: nothing of the harness."""\n',
+        "harness/jobs/__init__.py": '"""Jobs.\n\nMay import: nothing of the harness."""\n',
+        "harness/jobs/job.py": "def f():\n    from testbins import suite\n",
+        "testbins/__init__.py": '"""Binaries.\n\nMay import: harness."""\n',
+        "testbins/suite.py": "from harness.jobs.job import f\nfrom workloads import gpt\n",
+        "workloads/__init__.py": '"""Workloads.\n\nMay import: nothing of another package."""\n',
+        "workloads/gpt.py": "from workloads import probe\n", "workloads/probe.py": "",
+    })
+    assert layer_problems(known, tmp_path) == [
+        "harness.jobs.job imports testbins.suite (harness/jobs/job.py:2): harness.jobs may import only "
+        "nothing of another package",
+        "testbins.suite imports workloads.gpt (testbins/suite.py:2): testbins may import only harness"]
 
 
 # The layout list of docs/DEVELOPING.md, kept equal to the tree.
