@@ -62,7 +62,15 @@ def shell_strings(path: Path) -> list[tuple[int, int]]:
     return found
 
 
-def test_no_suite_module_holds_a_shell_script_in_a_string():
-    held = {f"{path.relative_to(REPO)}:{line}": lines for folder in ("harness", "testbins")
-            for path in sorted((REPO / folder).rglob("*.py")) for line, lines in shell_strings(path)}
+# Every folder of this repository's own Python but tests/ (hack/go holds Go's module caches, none of
+# ours). tests/ still holds three (test_kubetest2_image.py, test_first_contact_real.py,
+# test_capabilities.py): issue 32 moves them out, then tests/ joins this list.
+OWN_CODE = ("harness", "localcluster", "testbins", "workloads", "manifests", "bench", "hack")
+
+
+def test_no_module_holds_a_shell_script_in_a_string():
+    held = {f"{path.relative_to(REPO)}:{line}": lines for folder in OWN_CODE
+            for path in sorted((REPO / folder).rglob("*.py"))
+            if path.relative_to(REPO).parts[:2] != ("hack", "go") and "__pycache__" not in path.parts
+            for line, lines in shell_strings(path)}
     assert not held, f"shell scripts in Python strings (put them in manifests/scripts/): {held}"
