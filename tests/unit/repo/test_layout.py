@@ -358,18 +358,11 @@ def test_no_folder_of_scripts_shadows_a_package_of_the_repository():
     """A script run by path (`python tests/integration/mpi_fault_suite.py`) has its own folder first on
     sys.path: a subfolder there named like one of the repository's packages (`harness/`) would be
     imported in its place. Found when tests/integration/harness/ made the MPI fault suite exit 255."""
-    packages = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
+    packages = tuple(p.name for p in REPO.iterdir() if (p / "__init__.py").is_file())
     shadows = sorted(f"{script.relative_to(REPO)} imports {name}, but {name}/ is beside it"
                      for script in (REPO / "tests").rglob("*.py")
                      if "__main__" in script.read_text() and not script.name.startswith("test_")
-                     for name in top_level_imports(script) & packages
+                     for name in sorted({module.split(".")[0] for module, _ in imported(script, {}, REPO, packages)})
                      if (script.parent / name).is_dir())
     assert not shadows, f"scripts that would import a tests folder for a package: {shadows}"
 
-
-def top_level_imports(path: Path) -> set[str]:
-    """The top-level names a file imports absolutely (the ones sys.path decides)."""
-    nodes = list(ast.walk(ast.parse(path.read_text())))
-    plain = {alias.name.split(".")[0] for node in nodes if isinstance(node, ast.Import) for alias in node.names}
-    return plain | {node.module.split(".")[0] for node in nodes
-                    if isinstance(node, ast.ImportFrom) and node.module and not node.level}
