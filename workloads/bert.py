@@ -226,7 +226,7 @@ class BertTrainer:
 
 
 def upstream_lines(rank: int, training_time: float, throughput: float) -> list[str]:
-    """The upstream test's per-rank lines (its parser reads them; hack/canned_gpu_logs.py prints them too)."""
+    """The upstream test's per-rank lines (its parser reads them; canned_gpu_logs.py prints them too)."""
     return [
         f"Process {rank} - Training time: {training_time:.2f} seconds",
         f"Process {rank} - Throughput: {throughput:.2f} samples/second",

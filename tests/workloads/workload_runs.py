@@ -157,7 +157,7 @@ def assert_harness_parses(run: Run, tmp_path: Path, workload: str) -> dict:
 
 
 def assert_canned_gpu_logs_have_the_keys_of(metrics: list[dict], workload: str) -> None:
-    """hack/canned_gpu_logs.py writes the records of a real run of this workload: the same keys, plus the
+    """workloads/canned_gpu_logs.py writes the records of a real run of this workload: the same keys, plus the
     GPU-only probe_h2d_gbps (a CPU run measures no host-to-device copy)."""
     canned = sorted((REPO / "localcluster" / "emulation" / "canned_logs").glob(f"{workload}-p*-*-*.log"))
     assert canned, f"no canned GPU logs of {workload}"

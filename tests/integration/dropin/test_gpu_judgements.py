@@ -1,6 +1,6 @@
 """Issue 25's GPU judgements through the real kubetest2 on the local cluster's kwok p5 and p3 nodes:
 BERT, nanoGPT and MNIST each judge an applicable throughput floor and compute-time straggler check
-on GPU-shaped runs (the canned logs of hack/canned_gpu_logs.py: synthetic, marked), and a slow node
+on GPU-shaped runs (the canned logs of workloads/canned_gpu_logs.py: synthetic, marked), and a slow node
 is named. The verdict, discovery, pod placement and JUnit are the real ones; the numbers are canned."""
 
 from __future__ import annotations

@@ -135,10 +135,9 @@ def test_healthy_canned_gpu_runs_pass_and_stragglers_name_the_slow_node(workload
 
 def test_the_canned_gpu_logs_are_what_the_generator_writes():
     pytest.importorskip("torch")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "hack"))
-    from canned_gpu_logs import main as generate
+    from workloads.canned_gpu_logs import main as generate
 
-    assert generate(["--check"]) == 0, \
+    assert generate(["--check", "--out", str(CANNED)]) == 0, \
         "localcluster/emulation/canned_logs differ from hack/canned_gpu_logs.py: rerun it"
 
 
