@@ -11,6 +11,8 @@ here), not the 4.9 GB workloads image of test_real_node_workloads.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from kubernetes import client
 
@@ -24,24 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 # kubetest2's noop deployer hands the tester a kubeconfig path; the Job writes one holding the
 # ServiceAccount's in-cluster credentials (its token and CA, the `kubernetes` Service's address). The
 # script waits for the JUnit to be copied out before it exits (a finished pod cannot be exec'd into).
-SCRIPT = r"""set -u
-sa=/var/run/secrets/kubernetes.io/serviceaccount
-cat > /tmp/kubeconfig <<END
-apiVersion: v1
-kind: Config
-clusters:
-- name: in-cluster
-  cluster: {server: "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", certificate-authority: $sa/ca.crt}
-users: [{name: sa, user: {tokenFile: $sa/token}}]
-contexts: [{name: sa, context: {cluster: in-cluster, user: sa}}]
-current-context: sa
-END
-kubetest2 noop --kubeconfig=/tmp/kubeconfig --artifacts=/logs/artifacts --test=exec -- \
-  e2e-nvidia-training --test.v --nodeType=kwok-cpu --test.run='^TestMNISTTraining$'
-echo $? > /logs/exit-code
-while [ ! -e /logs/copied ]; do sleep 1; done
-exit "$(cat /logs/exit-code)"
-"""
+SCRIPT = (Path(__file__).parent / "kubetest2-job-as-service-account.sh").read_text()
 
 
 def test_the_kubetest2_image_runs_the_suite_as_a_job_with_the_rbac_service_account(real_nodes: LocalCluster,

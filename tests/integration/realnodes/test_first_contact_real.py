@@ -138,41 +138,7 @@ def test_kept_pods_mount_a_memory_dev_shm_and_request_cpu(real, tmp_path: Path):
 # tar members whose headers carry the owner), so that making it needs no chown: a package of
 # root-owned files installs without CHOWN (seen on the real nodes; apt then only warns that it could
 # not chown its partial/ folders to _apt), which would prove nothing.
-APT_SCRIPT = r"""set -eux
-python3 - <<'PY'
-import io, tarfile, time
-now = int(time.time())
-
-def tar(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as archive:
-        for name, data, uid, mode in members:
-            info = tarfile.TarInfo(name)
-            info.uid = info.gid = uid
-            info.mode, info.mtime = mode, now
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                archive.addfile(info)
-            else:
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-control = b"Package: kt2t-caps\nVersion: 1.0\nArchitecture: all\nMaintainer: kt2t\nDescription: caps\n"
-data = tar([("./opt", None, 0, 0o755), ("./opt/kt2t", None, 0, 0o755),
-            ("./opt/kt2t/file", b"hello\n", 1000, 0o640)])
-members = [(b"debian-binary", b"2.0\n"), (b"control.tar.gz", tar([("./control", control, 0, 0o644)])),
-           (b"data.tar.gz", data)]
-with open("/tmp/kt2t-caps.deb", "wb") as out:
-    out.write(b"!<arch>\n")
-    for name, body in members:
-        out.write(b"%-16s%-12d%-6d%-6d%-8s%-10d`\n" % (name, now, 0, 0, b"100644", len(body)))
-        out.write(body + (b"\n" if len(body) % 2 else b""))
-PY
-apt-get install -y /tmp/kt2t-caps.deb
-test "$(stat -c %u /opt/kt2t/file)" = 1000
-echo APT-INSTALL-DONE
-"""
+APT_SCRIPT = (Path(__file__).parent / "apt-install-owned-file.sh").read_text()
 
 
 def placement(namespace: str, nodes: list[str], image: str) -> Placement:

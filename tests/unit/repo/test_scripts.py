@@ -1,6 +1,7 @@
 """The shell scripts the pods run (manifests/scripts/) lint clean with shellcheck (Debian's
 `shellcheck`, a row of localcluster/base/system_packages.txt), and no Python module of the suites
-holds a shell script in a string instead.
+holds a shell script in a string instead; the scripts the tests run sit beside them as files, and lint
+clean too.
 
 Marked root_only: hack/setup.sh installs shellcheck wherever it ran as root, so there a skip (no
 shellcheck) fails the run (tests/tiers.py); elsewhere a missing shellcheck skips."""
@@ -38,6 +39,13 @@ def test_the_pods_scripts_lint_clean():
 
 
 @pytest.mark.root_only
+def test_the_tests_scripts_lint_clean():
+    assert len(TEST_SCRIPTS) >= 3, TEST_SCRIPTS
+    done = shellcheck(TEST_SCRIPTS)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.root_only
 def test_a_finding_fails_the_check(tmp_path: Path):
     # What the check above would see in a script with an unquoted expansion (SC2086).
     bad = tmp_path / "bad.sh"
@@ -62,10 +70,10 @@ def shell_strings(path: Path) -> list[tuple[int, int]]:
     return found
 
 
-# Every folder of this repository's own Python but tests/ (hack/go holds Go's module caches, none of
-# ours). tests/ still holds three (test_kubetest2_image.py, test_first_contact_real.py,
-# test_capabilities.py): issue 32 moves them out, then tests/ joins this list.
-OWN_CODE = ("harness", "localcluster", "testbins", "workloads", "manifests", "bench", "hack")
+# Every folder of this repository's own Python (hack/go holds Go's module caches, none of ours).
+OWN_CODE = ("harness", "localcluster", "testbins", "workloads", "manifests", "bench", "hack", "tests")
+# The scripts the tests run (in pods, or under capsh), beside the test modules that run them.
+TEST_SCRIPTS = sorted((REPO / "tests").rglob("*.sh"))
 
 
 def test_no_module_holds_a_shell_script_in_a_string():
@@ -73,4 +81,4 @@ def test_no_module_holds_a_shell_script_in_a_string():
             for path in sorted((REPO / folder).rglob("*.py"))
             if path.relative_to(REPO).parts[:2] != ("hack", "go") and "__pycache__" not in path.parts
             for line, lines in shell_strings(path)}
-    assert not held, f"shell scripts in Python strings (put them in manifests/scripts/): {held}"
+    assert not held, f"shell scripts in Python strings (make them files: manifests/scripts/, beside a test): {held}"

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -100,16 +101,7 @@ def test_other_images_get_what_a_program_needs_beyond_the_defaults():
 
 
 # apt's steps with root's privileges; `nobody` stands for `_apt`.
-APT_STEPS = r"""set -eu
-cd "$1"
-mkdir partial && chown nobody:nogroup partial && chmod 0700 partial
-setpriv --reuid=nobody --regid=nogroup --clear-groups \
-  sh -c 'echo deb > partial/pkg.deb; sleep 5 >/dev/null 2>&1 & echo $! > partial/pid'
-cat partial/pkg.deb > /dev/null
-touch -d @0 partial/pkg.deb
-kill "$(cat partial/pid)"
-echo APT-STEPS-DONE
-"""
+APT_STEPS = (Path(__file__).parent / "apt-steps.sh").read_text()
 
 
 def every_capability() -> list[str]:
