@@ -19,13 +19,10 @@ SUITE = Suite("e2e-nvidia-training", "Multi-node training on a Kubernetes cluste
               aliases=("nvidia-training.test",))
 
 SUITE.test("TestBertTraining", upstream=True, feature="bert-training", labels=GPU,
-           assessments=("BERT training Job succeeds",), marks_assessments=True)(bert.test_bert_training)
-SUITE.test("TestNanoGPTTraining", labels=GPU, assessments=("training succeeds",),
-           marks_assessments=True)(training.test_nanogpt_training)
-SUITE.test("TestMNISTTraining", labels=GPU, assessments=("training succeeds",),
-           marks_assessments=True)(training.test_mnist_training)
-SUITE.test("TestElasticRecovery", labels=GPU, assessments=("training resumes",),
-           marks_assessments=True)(elastic.test_elastic_recovery)
+           assessments=("BERT training Job succeeds",))(bert.test_bert_training)
+SUITE.test("TestNanoGPTTraining", labels=GPU, assessments=("training succeeds",))(training.test_nanogpt_training)
+SUITE.test("TestMNISTTraining", labels=GPU, assessments=("training succeeds",))(training.test_mnist_training)
+SUITE.test("TestElasticRecovery", labels=GPU, assessments=("training resumes",))(elastic.test_elastic_recovery)
 
 
 def main() -> None:

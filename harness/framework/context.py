@@ -242,10 +242,9 @@ class TestContext:
         `<test>/<name>` whose log says why. What the body did before it (the setup: the Job
         launched) and its cleanups run either way, as upstream's Setup and Teardown do."""
         feature = self.feature
-        if feature is None or not feature.marks_assessments or name not in feature.assessments:
+        if feature is None or name not in feature.assessments:
             declared = f"{feature.name}: {', '.join(feature.assessments) or 'none'}" if feature else "no feature"
-            raise HarnessError(f"{self.name}: assessment {name!r} is not one its feature declares with "
-                               f"marks_assessments=True ({declared})")
+            raise HarnessError(f"{self.name}: assessment {name!r} is not one its feature declares ({declared})")
         shown = feature.assessment_names(self.cfg)[feature.assessments.index(name)]
         reason = self.session.selector.assessment_skip(shown)
         if reason is None:

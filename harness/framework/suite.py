@@ -41,12 +41,9 @@ class Feature:
     labels: Labels = field(default_factory=dict)
     # As upstream writes them; `{setting}` stands for a setting's value where upstream's name carries
     # it (TestDcgmDiagnostics' "DCGM level-{dcgm_diag_level} diagnostic passes").
+    # `func` runs each through `t.assessment(name, ...)`, as upstream's features are steps (setup,
+    # each Assess a subtest, teardown): --assess / --skip-assessment skip assessments, never the feature.
     assessments: tuple[str, ...] = ()
-    # Whether `func` runs each assessment through `t.assessment(name, ...)`, as upstream's features are
-    # steps (setup, each Assess a subtest, teardown): --assess / --skip-assessment then skip
-    # assessments, never the feature. False: the body is one step that sets up and judges at once,
-    # so it runs only when one of its assessments is selected (judging them all).
-    marks_assessments: bool = False
 
     def assessment_names(self, cfg: Any = None) -> tuple[str, ...]:
         """The assessments' names with `cfg`'s values in them, or `<setting>` where there is none."""
@@ -99,14 +96,13 @@ class Suite:
     invoked_as: str = ""
 
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
-             assessments: tuple[str, ...] = (), marks_assessments: bool = False, needs_cluster: bool = True,
+             assessments: tuple[str, ...] = (), needs_cluster: bool = True,
              upstream: bool = False) -> Callable[[TestFunc], TestFunc]:
         """Register a one-feature test function under its Go-style name (a decorator); `upstream`
         marks one of upstream aws-k8s-tester's tests."""
 
         def register(func: TestFunc) -> TestFunc:
-            self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments,
-                                         marks_assessments)],
+            self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
                           needs_cluster=needs_cluster, upstream=upstream)
             return func
 
@@ -217,9 +213,7 @@ class Selector:
     (any). --assess / --skip-assessment act on assessments, as e2e-framework's execFeature does: each
     assessment is a subtest, skipped ("name not matched", "name matched") when --assess does not
     match its name or --skip-assessment does (unanchored, Go's MatchString); the feature still
-    runs its setup and teardown, even with no assessment left (see assessment_skip). A feature
-    whose body is one step (not Feature.marks_assessments) runs when one of its assessments is
-    selected.
+    runs its setup and teardown, even with no assessment left (see assessment_skip).
     """
 
     run: tuple[re.Pattern[str], ...] = ()
@@ -266,10 +260,7 @@ class Selector:
             return False
         if not all(_has_any(feature.labels, key, values) for key, values in self.labels.items()):
             return False
-        if any(_has_any(feature.labels, key, values) for key, values in self.skip_labels.items()):
-            return False
-        return feature.marks_assessments or not (self.assess or self.skip_assessment) or any(
-            self.assessment_skip(name) is None for name in feature.assessment_names(self.cfg))
+        return not any(_has_any(feature.labels, key, values) for key, values in self.skip_labels.items())
 
     def assessment_skip(self, name: str) -> str | None:
         """Why --assess / --skip-assessment skip the assessment `name` (e2e-framework's

@@ -248,11 +248,11 @@ def stepped_suite(done: list[str]) -> Suite:
             t.assessment(name, judged)
 
     suite.test("TestBertTraining", feature="bert-training", assessments=("BERT training Job succeeds",),
-               marks_assessments=True, needs_cluster=False)(feature)
-    suite.features("TestMPI", [Feature("single-node", feature, {}, ("MPIJob succeeds", "bus bandwidth"),
-                                       marks_assessments=True)], needs_cluster=False)
-    suite.features("TestMPI2", [Feature("single-node", feature, {}, ("MPIJob succeeds",), marks_assessments=True),
-                                Feature("multi-node", feature, {}, ("MPIJob succeeds",), marks_assessments=True)],
+               needs_cluster=False)(feature)
+    suite.features("TestMPI", [Feature("single-node", feature, {}, ("MPIJob succeeds", "bus bandwidth"))],
+                   needs_cluster=False)
+    suite.features("TestMPI2", [Feature("single-node", feature, {}, ("MPIJob succeeds",)),
+                                Feature("multi-node", feature, {}, ("MPIJob succeeds",))],
                    needs_cluster=False)
     return suite
 
@@ -296,7 +296,7 @@ def test_a_selected_assessment_is_judged_in_its_feature_and_the_others_skipped(e
 
 def test_an_assessment_its_feature_does_not_declare_is_an_error(env):
     suite = Suite("unit-suite", "undeclared")
-    suite.test("TestX", assessments=("declared",), marks_assessments=True, needs_cluster=False)(
+    suite.test("TestX", assessments=("declared",), needs_cluster=False)(
         lambda t: t.assessment("undeclared", lambda: None))
     assert main(suite, []) == EXIT_FAIL
     assert "assessment 'undeclared' is not one its feature declares" in cases(env)[0].result[0].message
