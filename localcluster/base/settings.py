@@ -64,7 +64,7 @@ class Settings:
     # Real nodes (kubelet + containerd) beside the kwok nodes; None: as many as the state records.
     real_nodes: int | None = None
     canned_logs_dir: Path = field(default=REPO_DIR / "localcluster" / "emulation" / "canned_logs")
-    stages_file: Path = field(default=HACK_DIR / "kwok" / "stages.yaml")
+    stages_file: Path = field(default=REPO_DIR / "localcluster" / "emulation" / "kwok_stages.yaml")
     build_script: Path = field(default=HACK_DIR / "build-binaries.sh")
 
     # The state folder's parts: PKI; pid files and the command line each pid was started with;

@@ -11,7 +11,7 @@ from localcluster.control.api import ApiClient
 from localcluster.control.components import KWOK_NODE_LABEL, KWOK_NODE_LABEL_VALUE
 
 MANAGED_LABEL = "kubetest2-training.local/node"
-# Label that the kwok stage in hack/kwok/stages.yaml turns into Ready=False (and back when removed).
+# Label that the kwok stage in kwok_stages.yaml turns into Ready=False (and back when removed).
 NOT_READY_LABEL = "kubetest2-training.local/not-ready"
 # Label that makes the node agent stop the node's pods' processes that fraction of every period
 # (slow_nodes.py): a node that is really slower, for straggler tests.

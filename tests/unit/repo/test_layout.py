@@ -370,3 +370,17 @@ def test_no_folder_of_scripts_shadows_a_package_of_the_repository():
                      if (script.parent / name).is_dir())
     assert not shadows, f"scripts that would import a tests folder for a package: {shadows}"
 
+
+
+def test_hack_holds_entry_scripts_only():
+    """hack/ keeps entry scripts (issue 32): its Python scripts set the path and call a package's `main`
+    in a few lines, and its one folder is go/, the Go modules build-binaries.sh builds (its inputs)."""
+    hack = REPO / "hack"
+    assert {p.name for p in hack.iterdir() if p.is_dir() and p.name != "__pycache__"} == {"go"}
+    thick = {}
+    for script in sorted(hack.glob("*.py")):
+        body = script.read_text().split('"""', 2)[-1]  # past the docstring
+        code = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if len(code) > 8:
+            thick[script.name] = len(code)
+    assert not thick, f"hack/ scripts holding logic (lines of code past the docstring): {thick}"
