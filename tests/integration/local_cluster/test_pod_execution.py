@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from localcluster.base.settings import Settings
+
 from ..conftest import LocalCluster, wait_for, watch_pods
 
 pytestmark = pytest.mark.integration
@@ -233,6 +235,7 @@ def test_a_pod_printing_100_mb_keeps_its_last_line(cluster: LocalCluster, namesp
 
 
 def _log_files(done: client.V1Pod) -> list[str]:
-    """The container log files the node agent wrote for the pod (any local cluster's state)."""
-    state = Path(os.environ.get("KT2T_STATE") or Path.home() / ".local/state/kubetest2-training/cluster")
+    """The container log files the node agent wrote for the pod, in the state folder the cluster of this
+    environment uses (KT2T_STATE, else under XDG_STATE_HOME, as hack/local-cluster resolves it)."""
+    state = Settings.from_env(dict(os.environ)).state_dir
     return [str(p) for p in (state / "pod-logs").glob(f"*_{done.metadata.name}_{done.metadata.uid}/main/0.log")]
