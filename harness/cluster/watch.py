@@ -25,7 +25,7 @@ from harness.cluster.client import (
     is_transient,
     stream_lines,
 )
-from harness.cluster.pods import conditions_text, describe_pod
+from harness.cluster.pods import conditions_text, container_statuses, describe_pod
 from harness.cluster.resources import POD, Obj, Resource
 from harness.errors import ClusterError
 
@@ -243,7 +243,16 @@ class _ResourceStream(_Stream):
 
 
 class _LogStream(_Stream):
-    """Follow one pod's log, feeding each line matching the pattern, then LOG_END, to a queue."""
+    """Follow one pod's log, feeding each line matching the pattern, then LOG_END, to a queue.
+
+    LOG_END means the container's log is over: a follow that ends while the container still runs
+    (a kubelet cuts it when a CRI status call fails under load, a kubelet restart, a dropped
+    connection) is opened again, the lines already read skipped, so a silent container that has not
+    printed its line yet is never read as one that ended without it."""
+
+    # How often a cut follow is opened again, and the pause between: enough for a kubelet's hiccup.
+    REOPENS = 20
+    REOPEN_PAUSE_S = 1.0
 
     def __init__(self, cluster: Cluster, followed: FollowedLog, events: queue.Queue[Event],
                  stop: threading.Event) -> None:
@@ -254,21 +263,49 @@ class _LogStream(_Stream):
     def run(self) -> None:
         f = self.followed
         query = {"follow": "true", **({"container": f.container} if f.container else {})}
-        try:
-            # No read timeout: the wait's deadline bounds it, and close() ends a blocked read.
-            self.response = self.cluster.open_stream(POD.object_path(f.pod, f.namespace) + "/log", query,
-                                                     operation=f"follow log of pod {f.pod}")
-        except Exception as exc:
-            self.events.put((ERROR, f, f"follow log of pod {f.pod}: {describe_api_error(exc)}"))
-            return
-        try:
-            for raw in stream_lines(self.response):
-                line = raw.decode("utf-8", errors="replace")
-                if f.pattern.search(line):
-                    self.events.put((LOG_LINE, f, line))
-        except Exception:  # closed under us, or the pod went away: the condition decides
-            log.debug("follow log of %s ended", f.pod, exc_info=True)
+        read = 0  # lines of the log read so far: a reopened follow starts at the log's beginning
+        for attempt in range(self.REOPENS + 1):
+            try:
+                # No read timeout: the wait's deadline bounds it, and close() ends a blocked read.
+                self.response = self.cluster.open_stream(POD.object_path(f.pod, f.namespace) + "/log", query,
+                                                         operation=f"follow log of pod {f.pod}")
+            except Exception as exc:
+                if attempt == 0:
+                    self.events.put((ERROR, f, f"follow log of pod {f.pod}: {describe_api_error(exc)}"))
+                    return
+                break  # it answered before: the pod is likely gone; the condition decides
+            skip, read = read, 0
+            try:
+                for raw in stream_lines(self.response):
+                    read += 1
+                    if read <= skip:
+                        continue
+                    line = raw.decode("utf-8", errors="replace")
+                    if f.pattern.search(line):
+                        self.events.put((LOG_LINE, f, line))
+            except Exception:  # closed under us, or the pod went away: the condition decides
+                log.debug("follow log of %s ended", f.pod, exc_info=True)
+            read = max(read, skip)
+            if self.stop.is_set() or not self._container_running():
+                break
+            log.info("follow log of %s ended while its container runs; following it again", f.pod)
+            self.stop.wait(self.REOPEN_PAUSE_S)
         self.events.put((LOG_END, f, None))
+
+    def _container_running(self) -> bool:
+        """Whether the followed container (the one named, else the pod's one container) runs now."""
+        f = self.followed
+        try:
+            pod = self.cluster.get(POD, f.pod, f.namespace)
+        except Exception:
+            return False
+        if pod is None:
+            return False
+        if f.container:
+            chosen = [cs for cs in container_statuses(pod) if cs.get("name") == f.container]
+        else:  # the API server follows a pod's one container when none is named
+            chosen = (pod.get("status", {}).get("containerStatuses") or [])[:1]
+        return any("running" in (cs.get("state") or {}) for cs in chosen)
 
     def close(self) -> None:
         if self.response is not None:
