@@ -62,6 +62,16 @@ def container_statuses(pod: Obj) -> list[Obj]:
     return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
 
 
+def container_running(pod: Obj, container: str | None = None) -> bool:
+    """Whether the container runs now: the one named, else the pod's one container (the one the API
+    server picks when a request names none)."""
+    if container:
+        chosen = [cs for cs in container_statuses(pod) if cs.get("name") == container]
+    else:
+        chosen = (pod.get("status", {}).get("containerStatuses") or [])[:1]
+    return any("running" in (cs.get("state") or {}) for cs in chosen)
+
+
 def phase_of(pod: Obj) -> str:
     """The pod's phase ("" before the API server set one)."""
     return pod.get("status", {}).get("phase", "")

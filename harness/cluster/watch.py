@@ -25,7 +25,7 @@ from harness.cluster.client import (
     is_transient,
     stream_lines,
 )
-from harness.cluster.pods import conditions_text, container_statuses, describe_pod
+from harness.cluster.pods import conditions_text, container_running, describe_pod
 from harness.cluster.resources import POD, Obj, Resource
 from harness.errors import ClusterError
 
@@ -299,13 +299,7 @@ class _LogStream(_Stream):
             pod = self.cluster.get(POD, f.pod, f.namespace)
         except Exception:
             return False
-        if pod is None:
-            return False
-        if f.container:
-            chosen = [cs for cs in container_statuses(pod) if cs.get("name") == f.container]
-        else:  # the API server follows a pod's one container when none is named
-            chosen = (pod.get("status", {}).get("containerStatuses") or [])[:1]
-        return any("running" in (cs.get("state") or {}) for cs in chosen)
+        return pod is not None and container_running(pod, f.container)
 
     def close(self) -> None:
         if self.response is not None:

@@ -327,11 +327,7 @@ def readme_layout() -> dict[str, str]:
     return dict(rows)
 
 
-# The packages whose every subpackage and module the layout table names.
-DOCUMENTED = (*LAYERED, "testbins", "workloads")
-
-
-@pytest.mark.parametrize("top", DOCUMENTED)
+@pytest.mark.parametrize("top", RULED)  # the table names every subpackage and module of each
 def test_the_layout_lists_every_package_and_module_and_nothing_gone(top):
     rows = readme_layout()
     root = REPO / top

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .test_layout import OWN_CODE, modules
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = sorted((REPO / "manifests" / "scripts").glob("*.sh"))
 # The bound (#32): a string of more lines than this that reads as shell belongs in a file.
@@ -70,15 +72,12 @@ def shell_strings(path: Path) -> list[tuple[int, int]]:
     return found
 
 
-# Every folder of this repository's own Python (hack/go holds Go's module caches, none of ours).
-OWN_CODE = ("harness", "localcluster", "testbins", "workloads", "manifests", "bench", "hack", "tests")
 # The scripts the tests run (in pods, or under capsh), beside the test modules that run them.
 TEST_SCRIPTS = sorted((REPO / "tests").rglob("*.sh"))
 
 
 def test_no_module_holds_a_shell_script_in_a_string():
-    held = {f"{path.relative_to(REPO)}:{line}": lines for folder in OWN_CODE
-            for path in sorted((REPO / folder).rglob("*.py"))
-            if path.relative_to(REPO).parts[:2] != ("hack", "go") and "__pycache__" not in path.parts
-            for line, lines in shell_strings(path)}
+    # Every module of the repository's own Python, as the layout test reads them (hack/go holds Go's).
+    held = {f"{path.relative_to(REPO)}:{line}": lines for name, path in sorted(modules(REPO, OWN_CODE).items())
+            if not name.startswith("hack.go") for line, lines in shell_strings(path)}
     assert not held, f"shell scripts in Python strings (make them files: manifests/scripts/, beside a test): {held}"
