@@ -36,6 +36,7 @@ import torch
 from . import bert, hardware, metric_lines, mnist, nanogpt
 from .distributed import DistEnv, Session
 from .flops import table
+from .probe import PROBE_REPEATS, spread
 
 NODES = 2  # the local cluster's default node count (KT2T_NODE_COUNT)
 GPUS = 8  # per node: p5.48xlarge and p3.16xlarge
@@ -98,6 +99,8 @@ def reporting_as(rank: Rank, shape: Shape, lines: list[str]) -> Iterator[Session
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(metric_lines, "say", lines.append))
         stack.enter_context(mock.patch.object(metric_lines, "visible_gpus", lambda: GPUS))
+        # Each GPU node is a host of its own (its own kernel), and the logs must not hold this machine's boot id.
+        stack.enter_context(mock.patch.object(metric_lines, "host_boot_id", lambda: f"canned-{rank.node}"))
         stack.enter_context(mock.patch.object(torch.cuda, "get_device_name", lambda device=None: shape.gpu_name))
         stack.enter_context(mock.patch.dict(os.environ, {"NODE_NAME": rank.node, "POD_NAME": rank.pod}))
         yield Session(env, torch.device("cuda", rank.local_rank), "nccl", "cuda")
@@ -107,9 +110,14 @@ def jitter(rng: random.Random, value: float, spread: float = 0.01) -> float:
     return value * (1 + rng.uniform(-spread, spread))
 
 
+def slices(rng: random.Random, key: str, value: float) -> dict[str, float | int]:
+    """A figure as workloads/probe.py reports it: the median of PROBE_REPEATS slices, with their range."""
+    return spread(key, [jitter(rng, value) for _ in range(PROBE_REPEATS)])
+
+
 def probe(rng: random.Random, shape: Shape, speed: float) -> dict[str, object]:
-    return {"probe_matmul_tflops": jitter(rng, shape.probe_tflops * speed), "probe_matmul_n": 8192,
-            "probe_matmul_dtype": shape.probe_dtype, "probe_h2d_gbps": jitter(rng, shape.h2d_gbps),
+    return {**slices(rng, "probe_matmul_tflops", shape.probe_tflops * speed), "probe_matmul_n": 8192,
+            "probe_matmul_dtype": shape.probe_dtype, **slices(rng, "probe_h2d_gbps", shape.h2d_gbps),
             "probe_seconds": jitter(rng, 2.05)}
 
 
@@ -117,7 +125,10 @@ def compute_window(rng: random.Random, step_compute_ms: float) -> dict[str, obje
     """What workloads/probe.py compute_window reports for a step of this compute time."""
     ms = jitter(rng, step_compute_ms)
     steps = max(3, math.ceil(COMPUTE_WINDOW_S * 1000 / ms))
-    return {"compute_ms_per_step": ms, "compute_steps": steps, "compute_seconds": ms * steps / 1000}
+    parts = [jitter(rng, ms) for _ in range(PROBE_REPEATS)]
+    return {"compute_ms_per_step": ms, "compute_steps": steps, "compute_seconds": ms * steps / 1000,
+            "compute_ms_per_step_min": min(parts), "compute_ms_per_step_max": max(parts),
+            "compute_ms_per_step_repeats": PROBE_REPEATS}
 
 
 def losses(first: float, last: float, steps: int, rng: random.Random) -> list[float]:

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -270,6 +271,19 @@ def mean_over_ranks(value: float, session: Session) -> float:
 def node_name() -> str:
     """The Kubernetes node when the pod spec passes it down, else the host name."""
     return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def host_boot_id() -> str | None:
+    """The running kernel's boot id: one per host (a VM or a machine), the same in every container and
+    network namespace on it, so ranks on nodes that report the same id share one host's CPUs (the local
+    cluster's real nodes do). None where the kernel does not say (not Linux)."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def pod_name() -> str | None:

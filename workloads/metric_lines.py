@@ -19,7 +19,8 @@ and its key is listed in `"nonfinite"`, so a diverged loss is visible rather tha
 
 `KT2T_METRICS {...}`, once per rank when the run completed:
 - identity: `workload`, `rank`, `world_size`, `local_rank`, `node` (NODE_NAME, else the host
-  name), `pod` (POD_NAME; null when unset), `device`, `backend`, `launcher`, `restart_count`.
+  name), `host_boot_id` (the kernel's boot id: equal on nodes that share one host's CPUs; null where
+  unknown), `pod` (POD_NAME; null when unset), `device`, `backend`, `launcher`, `restart_count`.
 - accelerator (workloads/distributed.py): `device` is `cuda:<local rank>` or `cpu`;
   `device_requested` what this process was asked for (`cuda` for ACCELERATOR=nvidia or --device
   cuda, `cpu`, or `auto` when neither said); `gpus_visible` torch.cuda.device_count() (0 without
@@ -35,11 +36,13 @@ and its key is listed in `"nonfinite"`, so a diverged loss is visible rather tha
   `samples_per_s`, allreduce `busbw_avg` and `busbw_max` (GB/s).
 - compute probe, measured before training with no collective in the timed region (workloads/probe.py):
   `probe_matmul_tflops`, `probe_matmul_n`, `probe_matmul_dtype`, `probe_seconds`, and on GPUs
-  `probe_h2d_gbps`; training workloads add the compute window (workloads/probe.py
-  compute_window): `compute_ms_per_step`, the mean milliseconds of one step's forward+backward
-  under DDP's no_sync() (no all-reduce), over `compute_steps` steps timed back to back for
+  `probe_h2d_gbps`; each rate is the median of PROBE_REPEATS slices timed apart, with `<key>_min`,
+  `<key>_max` and `<key>_repeats` beside it (its own spread); training workloads add the compute
+  window (workloads/probe.py compute_window): `compute_ms_per_step`, the mean milliseconds of one
+  step's forward+backward under DDP's no_sync() (no all-reduce), over `compute_steps` steps timed back to back for
   `compute_seconds` seconds (at least the probe's length, KT2T_PROBE_SECONDS, and 3 steps), to set
-  beside the step time that includes communication.
+  beside the step time that includes communication; `compute_ms_per_step_min`/`_max`/`_repeats`:
+  the means of the window's steps cut into consecutive runs (its spread).
 - `params_checksum` (training workloads): equal on every rank when DDP kept the replicas in sync.
 - `nonfinite`: the keys written as null because their value was NaN or infinite (`[]` when none).
 - workload-specific keys besides (e.g. nanogpt `iterations`, `final_step`, `mfu`; bert `steps`).
@@ -55,7 +58,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from workloads.distributed import Session, node_name, pod_name, visible_gpus
+from workloads.distributed import Session, host_boot_id, node_name, pod_name, visible_gpus
 
 METRICS_PREFIX = "KT2T_METRICS "
 STEP_PREFIX = "KT2T_STEP "
@@ -164,6 +167,7 @@ class Reporter:
             "world_size": env.world_size,
             "local_rank": env.local_rank,
             "node": node_name(),
+            "host_boot_id": host_boot_id(),
             "pod": pod_name(),
             "device": str(self.session.device),
             "backend": self.session.backend,

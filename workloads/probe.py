@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -33,6 +34,10 @@ PROBE_SECONDS_VARIABLE = "KT2T_PROBE_SECONDS"
 MATMUL_WARMUP = 2
 H2D_BYTES = 64 << 20  # one pinned copy: ~1.3 ms on PCIe 5 x16; pinned blocks stay cached, so keep it small
 H2D_COPIES = 20
+# Slices each probe is timed in, apart: enough for its own spread (min, median, max) at a cost of none,
+# since the slices share the probe's budget. 5 slices of a 2 s budget still span 4 of the slow node's
+# 100 ms windows each.
+PROBE_REPEATS = 5
 
 
 def synchronize(device: torch.device) -> None:
@@ -41,11 +46,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_tflops(device: torch.device, seconds: float = MATMUL_SECONDS) -> dict[str, float | int | str]:
+def matmul_tflops(device: torch.device, seconds: float = MATMUL_SECONDS,
+                  repeats: int = PROBE_REPEATS) -> dict[str, float | int | str]:
     """TFLOPS of repeated n x n products on device: bf16 on GPU (tensor cores; fp16 on a GPU without
     native bf16, a V100, whose tensor cores take fp16 only), fp32 on CPU.
 
-    Time-boxed rather than a fixed count, so the probe costs the same on a slow CPU and a fast GPU.
+    Time-boxed rather than a fixed count, so the probe costs the same on a slow CPU and a fast GPU;
+    the budget is cut into `repeats` slices timed apart, so the record carries the probe's own spread
+    (`probe_matmul_tflops_min`/`_max` beside the median `probe_matmul_tflops`): the harness names a
+    rank only when even its best slice is slow (harness/verdict/stragglers.py).
     """
     n = MATMUL_N["cuda" if device.type == "cuda" else "cpu"]
     dtype = torch.float32
@@ -59,36 +68,48 @@ def matmul_tflops(device: torch.device, seconds: float = MATMUL_SECONDS) -> dict
     for _ in range(MATMUL_WARMUP):
         torch.mm(a, b)
     synchronize(device)
-    # Batches of about a tenth of the budget between synchronisations: few syncs, little overshoot.
     per_product = (time.perf_counter() - start) / MATMUL_WARMUP
-    batch = max(1, int(seconds / 10 / max(per_product, 1e-9)))
-    products = 0
-    start = time.perf_counter()
-    elapsed = 0.0
-    while elapsed < seconds:
-        for _ in range(batch):
-            torch.mm(a, b)
-        synchronize(device)  # a GPU queues products asynchronously: time what really ran
-        products += batch
-        elapsed = time.perf_counter() - start
-    return {
-        "probe_matmul_tflops": 2 * n**3 * products / elapsed / 1e12,
-        "probe_matmul_n": n,
-        "probe_matmul_dtype": str(dtype).removeprefix("torch."),
-    }
+    slice_s = seconds / repeats
+    # Batches of about a tenth of a slice between synchronisations: few syncs, little overshoot.
+    batch = max(1, int(slice_s / 10 / max(per_product, 1e-9)))
+    rates = []
+    for _ in range(repeats):
+        products, elapsed = 0, 0.0
+        start = time.perf_counter()
+        while elapsed < slice_s:
+            for _ in range(batch):
+                torch.mm(a, b)
+            synchronize(device)  # a GPU queues products asynchronously: time what really ran
+            products += batch
+            elapsed = time.perf_counter() - start
+        rates.append(2 * n**3 * products / elapsed / 1e12)
+    return {**spread("probe_matmul_tflops", rates), "probe_matmul_n": n,
+            "probe_matmul_dtype": str(dtype).removeprefix("torch.")}
 
 
-def h2d_gbps(device: torch.device) -> float:
-    """Host-to-device copy bandwidth from pinned memory, in GB/s (1e9 bytes): the PCIe link's health."""
+def spread(key: str, samples: list[float]) -> dict[str, float | int]:
+    """`key` the median of the samples, `key_min`/`key_max` their range, `key_repeats` their count:
+    the harness's straggler verdict reads a figure's spread from these (harness/verdict/stragglers.py)."""
+    return {key: statistics.median(samples), f"{key}_min": min(samples), f"{key}_max": max(samples),
+            f"{key}_repeats": len(samples)}
+
+
+def h2d_gbps(device: torch.device, repeats: int = PROBE_REPEATS) -> dict[str, float | int]:
+    """Host-to-device copy bandwidth from pinned memory, in GB/s (1e9 bytes): the PCIe link's health;
+    the copies timed in `repeats` groups, so the record carries the figure's spread."""
     host = torch.empty(H2D_BYTES, dtype=torch.uint8, pin_memory=True)
     target = torch.empty(H2D_BYTES, dtype=torch.uint8, device=device)
     target.copy_(host, non_blocking=True)  # warm-up: maps the pinned pages
     synchronize(device)
-    start = time.perf_counter()
-    for _ in range(H2D_COPIES):
-        target.copy_(host, non_blocking=True)
-    synchronize(device)
-    return H2D_BYTES * H2D_COPIES / (time.perf_counter() - start) / 1e9
+    copies = max(1, H2D_COPIES // repeats)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(copies):
+            target.copy_(host, non_blocking=True)
+        synchronize(device)
+        rates.append(H2D_BYTES * copies / (time.perf_counter() - start) / 1e9)
+    return spread("probe_h2d_gbps", rates)
 
 
 def probe_seconds(env: Mapping[str, str] | None = None) -> float:
@@ -106,11 +127,12 @@ def probe_seconds(env: Mapping[str, str] | None = None) -> float:
 
 
 def compute_probe(device: torch.device) -> dict[str, float | int | str]:
-    """The probe record for this rank: matmul TFLOPS everywhere, H2D bandwidth on GPUs only."""
+    """The probe record for this rank: matmul TFLOPS everywhere, H2D bandwidth on GPUs only, each
+    with its spread over PROBE_REPEATS slices."""
     start = time.perf_counter()
-    record = matmul_tflops(device, probe_seconds())
+    record: dict[str, float | int | str] = {**matmul_tflops(device, probe_seconds())}
     if device.type == "cuda":
-        record["probe_h2d_gbps"] = h2d_gbps(device)
+        record.update(h2d_gbps(device))
     record["probe_seconds"] = time.perf_counter() - start
     return record
 
@@ -125,7 +147,8 @@ def _no_sync(module: torch.nn.Module) -> Iterator[None]:
 
 
 COMPUTE_MIN_STEPS = 3  # timed steps at the least, however long each is (a CPU GPT-2 step is seconds)
-COMPUTE_KEYS = ("compute_ms_per_step", "compute_steps", "compute_seconds")
+COMPUTE_KEYS = ("compute_ms_per_step", "compute_steps", "compute_seconds", "compute_ms_per_step_min",
+                "compute_ms_per_step_max", "compute_ms_per_step_repeats")
 
 
 def compute_window(
@@ -145,20 +168,45 @@ def compute_window(
     periods (a time-shared CPU) and many steps however short a GPU step is: the harness can then
     compare ranks at any step time. Each step ends with a device synchronisation, so the time is
     what the GPU really ran. `compute_ms_per_step` is the mean (total / steps), not the median:
-    a node slowed in bursts (throttling, the local cluster's slow node) slows the mean only.
+    a node slowed in bursts (throttling, the local cluster's slow node) slows the mean only. The
+    steps are also cut into PROBE_REPEATS consecutive runs, whose means give the window's own spread
+    (`compute_ms_per_step_min`/`_max`), as the probe's slices do.
     """
     budget = probe_seconds() if seconds is None else seconds
-    steps = 0
-    elapsed = 0.0
+    step_s: list[float] = []
     with _no_sync(module):
         for _ in range(warmup):
             forward_backward()
         synchronize(device)
-        start = time.perf_counter()
-        while steps < min_steps or elapsed < budget:
+        start = last = time.perf_counter()
+        while len(step_s) < min_steps or last - start < budget:
             forward_backward()
             synchronize(device)
-            steps += 1
-            elapsed = time.perf_counter() - start
+            now = time.perf_counter()
+            step_s.append(now - last)
+            last = now
     module.zero_grad(set_to_none=True)
-    return {"compute_ms_per_step": elapsed / steps * 1000, "compute_steps": steps, "compute_seconds": elapsed}
+    elapsed = last - start
+    window = {"compute_ms_per_step": elapsed / len(step_s) * 1000, "compute_steps": len(step_s),
+              "compute_seconds": elapsed}
+    slices = sub_windows(step_s, PROBE_REPEATS)
+    if len(slices) >= 2:
+        means = [sum(part) / len(part) * 1000 for part in slices]
+        window.update({"compute_ms_per_step_min": min(means), "compute_ms_per_step_max": max(means),
+                       "compute_ms_per_step_repeats": len(means)})
+    return window
+
+
+def sub_windows(step_s: list[float], parts: int) -> list[list[float]]:
+    """The steps cut into up to `parts` consecutive runs of about equal count (fewer steps: one
+    each): each run's mean is one repeat of the compute window, for its spread."""
+    parts = min(parts, len(step_s))
+    if parts == 0:
+        return []
+    size, extra = divmod(len(step_s), parts)
+    out, at = [], 0
+    for i in range(parts):
+        end = at + size + (1 if i < extra else 0)
+        out.append(step_s[at:end])
+        at = end
+    return out

@@ -16,8 +16,27 @@ only from MIN_COMPARED_COMPUTE_MS a step up. And the workload's throughput key (
 
 The reference is the upper quartile of the ranks' values (the lower quartile for times), so a
 minority of slow ranks, up to three of five, cannot drag it down as they would drag a median;
-a rank is slow below STRAGGLER_FRACTION x the reference (for times: above reference /
-STRAGGLER_FRACTION). Slow ranks are grouped by node, with their pods, measured vs reference.
+a rank is below the threshold under STRAGGLER_FRACTION x the reference (for times: above reference /
+STRAGGLER_FRACTION).
+
+Being below the threshold once is not yet evidence: one short probe on a busy host measured a
+healthy rank at 0.66 of the other (2026-12-05, a fresh machine's main job). A rank is named only
+when the evidence holds beyond the noise measured:
+- **beyond its own spread**: the workloads time each probe and the compute window in PROBE_REPEATS
+  slices and report `<key>_min`/`<key>_max` (workloads/probe.py); a rank is named on a key only when
+  even its best slice is beyond the threshold. A figure reported without its spread (older
+  workloads, upstream's formats) is judged on its value, and the message says the spread is unknown.
+- **where several signals exist, when they agree**: the compute signals (`probe_matmul_*`,
+  `compute_ms_per_step`) and the throughput measure the same thing, the rank's compute speed. A rank
+  is named on one of them only when every other compute signal compared shows it beyond its
+  threshold too; the throughput, which synchronous training evens out, names a rank only when the
+  compute signals (if any) agree. The transfer probe (`probe_h2d_gbps`: the PCIe link) stands alone.
+A rank beyond a threshold but not named leaves the check passing, with the figures and why it could
+not tell. Named ranks are grouped by node, with their pods, measured vs reference.
+
+Nodes that report one `host_boot_id` (one kernel: the local cluster's real nodes, host-process
+nodes) share the host's CPUs: on CPU ranks, each check's message says so, since a CPU figure there
+moves with the other nodes' load.
 """
 
 from __future__ import annotations
@@ -33,6 +52,10 @@ from harness.verdict.checks import Check, Status, Verdict
 RATE_SUFFIXES = {"_tflops": "TFLOP/s", "_gbps": "GB/s", "_per_s": "/s"}
 TIME_SUFFIXES = {"_ms": "ms", "_s": "s"}
 COMPUTE_TIME_KEY = "compute_ms_per_step"
+HOST_KEY = "host_boot_id"
+# What a compared key measures: signals of one kind must agree before a rank is named on one of them.
+COMPUTE, TRANSFER, THROUGHPUT = "compute", "transfer", "throughput"
+TRANSFER_SUFFIXES = ("_gbps",)
 COMPUTE_WINDOW_KEY = "compute_seconds"
 # A window of a second or more averages over hundreds of scheduling periods and, on GPUs, over
 # enough steps that launch jitter cancels out: the mean is comparable whatever the step time.
@@ -46,23 +69,26 @@ MAX_NAMED = 4  # nodes and pods named in one message
 
 @dataclass(frozen=True)
 class Compared:
-    """A per-rank value compared across ranks: its key, its unit and which way is better."""
+    """A per-rank value compared across ranks: its key, its unit, which way is better and what it
+    measures (COMPUTE, TRANSFER or THROUGHPUT)."""
 
     key: str
     unit: str
     higher_is_better: bool = True
+    kind: str = THROUGHPUT
 
 
 def compared_probe(key: str) -> Compared | None:
     """The probe key's comparison (module docstring), or None for a key that describes the probe."""
     if not key.startswith("probe_"):
         return None
+    kind = TRANSFER if key.endswith(TRANSFER_SUFFIXES) else COMPUTE
     for suffix, unit in RATE_SUFFIXES.items():
         if key.endswith(suffix):
-            return Compared(key, unit, True)
+            return Compared(key, unit, True, kind)
     for suffix, unit in TIME_SUFFIXES.items():
         if key.endswith(suffix):
-            return Compared(key, unit, False)
+            return Compared(key, unit, False, kind)
     return None
 
 
@@ -106,42 +132,137 @@ def _unreported(ranks: list[RankMetrics], key: str) -> list[str]:
     return missing
 
 
-def _by_node(slow: list[RankMetrics], compared: Compared, reference: float, threshold: float, how: str) -> str:
+@dataclass
+class Reading:
+    """One key compared across every rank: the reference, the threshold and who is beyond it."""
+
+    compared: Compared
+    reference: float
+    threshold: float
+    how: str
+    beyond: list[RankMetrics]  # ranks whose value is beyond the threshold
+    ranks: int
+
+    def value(self, rank: RankMetrics) -> float:
+        return float(rank.values[self.compared.key])
+
+    def is_beyond(self, value: float) -> bool:
+        return value < self.threshold if self.compared.higher_is_better else value > self.threshold
+
+    def best(self, rank: RankMetrics) -> float | None:
+        """The rank's best slice (highest rate, lowest time), or None when it reported no spread."""
+        return _finite(rank.values.get(f"{self.compared.key}_{'max' if self.compared.higher_is_better else 'min'}"))
+
+    def repeats(self, rank: RankMetrics) -> str:
+        count = _finite(rank.values.get(f"{self.compared.key}_repeats"))
+        return f"{int(count)} slices" if count is not None else "its slices"
+
+
+def read(ranks: list[RankMetrics], compared: Compared, fraction: float) -> Reading:
+    """The key's reading over every rank (each has reported a finite value: _unreported first)."""
+    values = [float(r.values[compared.key]) for r in ranks]
+    reference, threshold, how = _reference(values, compared.higher_is_better, fraction)
+    reading = Reading(compared, reference, threshold, how, [], len(ranks))
+    reading.beyond = [r for r in ranks if reading.is_beyond(reading.value(r))]
+    return reading
+
+
+def _why_not_named(rank: RankMetrics, reading: Reading, others: list[Reading]) -> str | None:
+    """Why a rank beyond the reading's threshold is not evidence of a slow node, or None if it is."""
+    best = reading.best(rank)
+    if best is not None and not reading.is_beyond(best):
+        return f"its best of {reading.repeats(rank)} was {fmt(best)} {reading.compared.unit}, within the threshold"
+    for other in others:
+        if rank not in other.beyond:
+            return (f"its {other.compared.key} ({fmt(other.value(rank))} {other.compared.unit}, threshold "
+                    f"{fmt(other.threshold)}) does not agree")
+    return None
+
+
+def _agreeing(reading: Reading, readings: list[Reading]) -> list[Reading]:
+    """The other readings that must agree before a rank is named on this one (module docstring)."""
+    if reading.compared.kind == TRANSFER:
+        return []
+    return [r for r in readings if r is not reading and r.compared.kind == COMPUTE]
+
+
+def _by_node(slow: list[RankMetrics], reading: Reading, others: list[Reading]) -> str:
+    compared = reading.compared
     nodes: dict[str, list[RankMetrics]] = {}
     for rank in slow:
         nodes.setdefault(rank.node or "?", []).append(rank)
     parts = []
     for node, ranks in sorted(nodes.items(), key=lambda item: min(r.rank for r in item[1]))[:MAX_NAMED]:
         pods = list(dict.fromkeys(r.pod or "?" for r in ranks))
-        median = statistics.median(float(r.values[compared.key]) for r in ranks)
+        median = statistics.median(reading.value(r) for r in ranks)
+        bests = [b for r in ranks if (b := reading.best(r)) is not None]
+        best = ((max if compared.higher_is_better else min)(bests) if len(bests) == len(ranks)
+                else None)
+        evidence = (f"even the best of {reading.repeats(ranks[0])} {fmt(best)}" if best is not None
+                    else "one figure per rank: its spread is unknown")
+        agreed = "".join(f"; {o.compared.key} {'median ' if len(ranks) > 1 else ''}"
+                         f"{fmt(statistics.median(o.value(r) for r in ranks))} {o.compared.unit} "
+                         f"(threshold {fmt(o.threshold)}) agrees" for o in others)
         parts.append(f"node {node} ({'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(r.rank for r in ranks)}, "
                      f"{'pod' if len(pods) == 1 else 'pods'} {', '.join(pods[:MAX_NAMED])}"
                      f"{' ...' if len(pods) > MAX_NAMED else ''}): {compared.key} "
                      f"{'median ' if len(ranks) > 1 else ''}{fmt(median)} {compared.unit} vs reference "
-                     f"{fmt(reference)} (threshold {fmt(threshold)}: {how})")
+                     f"{fmt(reading.reference)} (threshold {fmt(reading.threshold)}: {reading.how}; "
+                     f"{evidence}{agreed})")
     more = f"; and {len(nodes) - MAX_NAMED} more nodes" if len(nodes) > MAX_NAMED else ""
     return "straggler: " + "; ".join(parts) + more
 
 
-def check_straggler(ranks: list[RankMetrics], compared: Compared, fraction: float, verdict: Verdict) -> Check:
-    """One key compared across every rank; the reference lines go to the verdict for the report."""
+def judge_reading(reading: Reading, readings: list[Reading], fraction: float, verdict: Verdict,
+                  hosts_note: str = "") -> Check:
+    """The reading's check: ranks beyond the threshold named where the evidence holds (module
+    docstring); the reference lines go to the verdict for the report."""
+    compared = reading.compared
+    name = f"straggler.{compared.key}"
+    verdict.references[compared.key] = {"reference": reading.reference, "threshold": reading.threshold,
+                                        "how": reading.how}
+    others = _agreeing(reading, readings)
+    doubts = {r.rank: why for r in reading.beyond if (why := _why_not_named(r, reading, others)) is not None}
+    named = [r for r in reading.beyond if r.rank not in doubts]
+    if named:
+        verdict.slow_ranks.update(r.rank for r in named)
+        worst = (min if compared.higher_is_better else max)(reading.value(r) for r in named)
+        return Check(name, Status.FAIL, _by_node(named, reading, others) + hosts_note,
+                     measured=worst, expected=reading.threshold, unit=compared.unit, threshold=True)
+    if not reading.beyond:
+        return Check.passed(name, f"{compared.key} of all {reading.ranks} ranks within {fraction:g} of the reference "
+                                  f"{fmt(reading.reference)} {compared.unit} ({reading.how}){hosts_note}")
+    doubted = [f"{where(r)} {fmt(reading.value(r))} {compared.unit}: {doubts[r.rank]}"
+               for r in reading.beyond[:MAX_NAMED]]
+    return Check.passed(name, f"{compared.key}: no node named, the evidence does not hold beyond the noise: "
+                              f"{len(reading.beyond)} of {reading.ranks} ranks below the threshold "
+                              f"{fmt(reading.threshold)} {compared.unit} (reference {fmt(reading.reference)}, "
+                              f"{reading.how}), but {'; '.join(doubted)}{hosts_note}")
+
+
+def _cannot_compare(ranks: list[RankMetrics], compared: Compared) -> Check | None:
+    """The check when the key cannot be compared (one rank, or a rank without the value), else None."""
     name = f"straggler.{compared.key}"
     if len(ranks) < 2:
         return Check.not_applicable(name, f"{len(ranks)} rank: no other rank to compare with")
     if missing := _unreported(ranks, compared.key):
         return Check.failed(name, f"stragglers cannot be judged on {compared.key}: " + "; ".join(missing[:MAX_NAMED]))
-    values = [float(r.values[compared.key]) for r in ranks]
-    reference, threshold, how = _reference(values, compared.higher_is_better, fraction)
-    verdict.references[compared.key] = {"reference": reference, "threshold": threshold, "how": how}
-    slow = [r for r in ranks if (float(r.values[compared.key]) < threshold if compared.higher_is_better
-                                 else float(r.values[compared.key]) > threshold)]
-    if not slow:
-        return Check.passed(name, f"{compared.key} of all {len(ranks)} ranks within {fraction:g} of the reference "
-                                  f"{fmt(reference)} {compared.unit} ({how})")
-    verdict.slow_ranks.update(r.rank for r in slow)
-    worst = (min if compared.higher_is_better else max)(float(r.values[compared.key]) for r in slow)
-    return Check(name, Status.FAIL, _by_node(slow, compared, reference, threshold, how),
-                 measured=worst, expected=threshold, unit=compared.unit, threshold=True)
+    return None
+
+
+def shared_hosts_note(ranks: list[RankMetrics]) -> str:
+    """`; nodes a, b share one host's CPUs (...)` when CPU ranks on several nodes report one kernel."""
+    nodes_by_host: dict[str, set[str]] = {}
+    for rank in ranks:
+        host = rank.values.get(HOST_KEY)
+        if isinstance(host, str) and host and rank.node and str(rank.values.get("device", "")).startswith("cpu"):
+            nodes_by_host.setdefault(host, set()).add(rank.node)
+    shared = [sorted(nodes) for nodes in nodes_by_host.values() if len(nodes) > 1]
+    if not shared:
+        return ""
+    groups = "; ".join(f"nodes {', '.join(nodes[:MAX_NAMED])}" for nodes in sorted(shared))
+    return (f" [{groups} share one host's CPUs (one kernel, {HOST_KEY}): their CPU figures move with each "
+            f"other's load]")
 
 
 def probes_reported(ranks: list[RankMetrics]) -> list[Compared]:
@@ -152,7 +273,8 @@ def probes_reported(ranks: list[RankMetrics]) -> list[Compared]:
 
 def judge_stragglers(ranks: list[RankMetrics], throughput: Compared | None, fraction: float,
                      probe_required: bool) -> Verdict:
-    """Probe keys, compute time and throughput, each compared across ranks.
+    """Probe keys, compute time and throughput, each compared across ranks, a rank named only on
+    evidence (module docstring).
 
     probe_required: the workload promises a probe (this project's workloads); without one the
     probe check fails. Upstream formats carry none: not applicable.
@@ -165,13 +287,18 @@ def judge_stragglers(ranks: list[RankMetrics], throughput: Compared | None, frac
                     Check.not_applicable("straggler.probe", "this log format carries no compute probe"))
     compared = [*probes]
     if (too_short := _compute_time_too_short(ranks)) is None:
-        compared.append(Compared(COMPUTE_TIME_KEY, "ms", higher_is_better=False))
+        compared.append(Compared(COMPUTE_TIME_KEY, "ms", higher_is_better=False, kind=COMPUTE))
     else:
         verdict.add(Check.not_applicable(f"straggler.{COMPUTE_TIME_KEY}", too_short))
     if throughput is not None:
         compared.append(throughput)
+    early = {item.key: check for item in compared if (check := _cannot_compare(ranks, item)) is not None}
+    readings = [read(ranks, item, fraction) for item in compared if item.key not in early]
+    note = shared_hosts_note(ranks)
+    by_key = {r.compared.key: r for r in readings}
     for item in compared:
-        verdict.add(check_straggler(ranks, item, fraction, verdict))
+        verdict.add(early[item.key] if item.key in early else
+                    judge_reading(by_key[item.key], readings, fraction, verdict, note))
     return verdict
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,8 @@ def test_a_nan_loss_is_null_and_listed_in_the_record(capfd, monkeypatch):
     )
     assert (record["steps_requested"], record["steps_completed"]) == (3, 3)
     assert record["probe_matmul_tflops"] == 0.05
+    # The kernel's boot id: one per host, so the harness knows nodes that share one host's CPUs.
+    assert record["host_boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def test_pod_is_null_outside_kubernetes(capfd, monkeypatch):
@@ -95,6 +98,21 @@ def test_matmul_probe_on_cpu_is_fp32_and_time_boxed(monkeypatch):
     assert "probe_h2d_gbps" not in record  # GPUs only
     # Time-boxed: the box plus a warm-up, not a fixed count of products.
     assert 0.3 <= record["probe_seconds"] < 1.3
+    # Timed in slices apart: the median and the range the straggler verdict reads its spread from.
+    assert record["probe_matmul_tflops_repeats"] == probe.PROBE_REPEATS == 5
+    assert record["probe_matmul_tflops_min"] <= record["probe_matmul_tflops"] <= record["probe_matmul_tflops_max"]
+
+
+def test_compute_window_reports_its_spread_over_consecutive_runs_of_steps():
+    """Steps of 1 ms, then steps of 20 ms: the slowest run of steps and the fastest are both in the record."""
+    calls = iter(range(10**6))
+    record = probe.compute_window(torch.nn.Linear(1, 1), lambda: time.sleep(0.001 if next(calls) < 50 else 0.02),
+                                  torch.device("cpu"), seconds=0.5, warmup=0)
+    assert record["compute_ms_per_step_repeats"] == 5
+    assert record["compute_ms_per_step_min"] < 5 < 15 < record["compute_ms_per_step_max"], record
+    assert record["compute_ms_per_step_min"] <= record["compute_ms_per_step"] <= record["compute_ms_per_step_max"]
+    assert [len(part) for part in probe.sub_windows([1.0] * 7, 5)] == [2, 2, 1, 1, 1]
+    assert probe.sub_windows([1.0, 2.0], 5) == [[1.0], [2.0]] and probe.sub_windows([], 5) == []
 
 
 def test_probe_length_is_a_setting_with_a_named_error():

@@ -158,7 +158,7 @@ def assert_harness_parses(run: Run, tmp_path: Path, workload: str) -> dict:
 
 def assert_canned_gpu_logs_have_the_keys_of(metrics: list[dict], workload: str) -> None:
     """workloads/canned_gpu_logs.py writes the records of a real run of this workload: the same keys, plus the
-    GPU-only probe_h2d_gbps (a CPU run measures no host-to-device copy)."""
+    GPU-only probe_h2d_gbps and its spread (a CPU run measures no host-to-device copy)."""
     canned = sorted((REPO / "localcluster" / "emulation" / "canned_logs").glob(f"{workload}-p*-*-*.log"))
     assert canned, f"no canned GPU logs of {workload}"
     for path in canned:
@@ -166,5 +166,6 @@ def assert_canned_gpu_logs_have_the_keys_of(metrics: list[dict], workload: str) 
                    if line.startswith("KT2T_METRICS ")]
         assert records and all(list(r) == list(records[0]) for r in records), path.name
         real = [*metrics[0]]
-        real.insert(real.index("probe_seconds"), "probe_h2d_gbps")
+        at = real.index("probe_seconds")
+        real[at:at] = [f"probe_h2d_gbps{suffix}" for suffix in ("", "_min", "_max", "_repeats")]
         assert list(records[0]) == real, (path.name, list(records[0]), real)

@@ -70,7 +70,9 @@ def test_an_artifacts_folder_gives_the_logs_and_the_defaults(tmp_path):
 
 def test_a_run_with_a_slow_node_names_it(tmp_path):
     log = tmp_path / "slow.log"
+    # Slow on both compute signals (the probe and the compute window): they must agree to name a node.
     slowed = [line.replace('"probe_matmul_tflops":25', '"probe_matmul_tflops":10')
+              .replace('"compute_ms_per_step":14', '"compute_ms_per_step":44')
               if '"node":"node-1"' in line else line for line in training_log(16).splitlines()]
     log.write_text("\n".join(slowed) + "\n")
     done = verdict("--test", "TestBertTraining", "--world-size", "16", log)
