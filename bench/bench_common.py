@@ -62,11 +62,13 @@ class BenchCluster:
                               check=False).returncode == 0
 
     @contextlib.contextmanager
-    def up(self, keep: bool = False) -> Iterator[str]:
-        """Up the cluster; yield its kubeconfig; bring it down after unless `keep` or it was already up."""
+    def up(self, *up_args: str, keep: bool = False) -> Iterator[str]:
+        """Up the cluster (`up UP_ARGS`, e.g. --real-nodes 2); yield its kubeconfig; bring it down after
+        unless `keep` or it was already up."""
         already_up = self.is_up()
-        progress(f"hack/local-cluster up (KT2T_STATE={self.state}, KT2T_PORT_OFFSET={self.port_offset})")
-        kubeconfig = self.run("up").strip().splitlines()[-1]
+        progress(f"hack/local-cluster up {' '.join(up_args)} (KT2T_STATE={self.state}, "
+                 f"KT2T_PORT_OFFSET={self.port_offset})")
+        kubeconfig = self.run("up", *up_args, timeout=1800).strip().splitlines()[-1]
         try:
             yield kubeconfig
         finally:

@@ -264,7 +264,8 @@ class Config:
                                        "before the test fails (Go duration)", parse_duration,
                                        "a Go duration like 2m", env="POD_FAILURE_GRACE", default=120.0)
     straggler_fraction: float = setting("a rank below this fraction of the ranks' upper quartile (probe, "
-                                        "compute time, throughput) is a straggler", parse_fraction,
+                                        "compute time, throughput) in every slice of its probe, with the "
+                                        "compute signals agreeing, is a straggler", parse_fraction,
                                         "a number between 0 and 1",
                                         env="STRAGGLER_FRACTION", default=0.7)
     min_throughput_per_gpu: float | None = setting("fail below this many samples/s per GPU (BERT); unset: "
