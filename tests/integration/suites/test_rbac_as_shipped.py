@@ -127,8 +127,8 @@ def check_row(cluster: LocalCluster, request: str, expected: str, namespaces: di
     else:
         return wrong
     if admitted != (expected == "yes"):
-        wrong.append(f"{request}: a server-side dry run was {'admitted' if admitted else 'refused'} ({stderr.strip()}), "
-                     f"the table says {expected!r}")
+        outcome = "admitted" if admitted else "refused"
+        wrong.append(f"{request}: a server-side dry run was {outcome} ({stderr.strip()}), the table says {expected!r}")
     elif expected == "no (admission)" and POLICY_REFUSAL not in stderr:
         wrong.append(f"{request}: refused, but not by the admission policy: {stderr.strip()}")
     return wrong
