@@ -17,8 +17,8 @@ def run_end(tmp_path: Path, **env: str) -> tuple[str, str]:
     (tmp_path / "hack").mkdir()
     calls = tmp_path / "calls"
     stand_in = tmp_path / "hack" / "local-cluster"
-    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" = status ] && echo "kube-apiserver pid 42 port 6443"\n'
-                        "exit 0\n")
+    stand_in.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                        '[ "$1" = status ] && echo "kube-apiserver pid 42 port 6443"\nexit 0\n')
     stand_in.chmod(0o755)
     script = "status=0 nodes=real kubeconfig=/k/config\n" + text[text.index(START):]
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30,
