@@ -48,8 +48,8 @@ def test_each_shell_example_lints_clean(block: tuple[str, str], tmp_path: Path):
     script = tmp_path / "example.sh"
     script.write_text("#!/usr/bin/env bash\n" + READER_SET + body)
     # Warnings and errors: quoting every `$HOME` (SC2086, a note) would make the examples harder to read.
-    done = subprocess.run([binary, "--format=gcc", "--severity=warning", str(script)], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run([binary, "--format=gcc", "--severity=warning", str(script)], capture_output=True,
+                          text=True, timeout=60, check=False)
     assert done.returncode == 0, f"{name}:\n{done.stdout}{done.stderr}"
 
 
