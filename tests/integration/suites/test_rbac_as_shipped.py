@@ -153,8 +153,10 @@ def test_every_row_of_the_table_is_what_the_api_server_says(cluster: LocalCluste
                      "validatingadmissionpolicy.admissionregistration.k8s.io/kubetest2-training-own-namespaces",
                      "validatingadmissionpolicybinding.admissionregistration.k8s.io/kubetest2-training-own-namespaces"):
             assert made in applied, applied
-        # Applying again changes nothing (a CI job may apply it before every run).
-        assert cluster.kubectl("apply", "-f", str(RBAC)).count("unchanged") == 5
+        # Applying again creates nothing (a CI job may apply it before every run); the policy reads as
+        # `configured` each time (kubectl's client-side diff of a server-normalized field).
+        again = cluster.kubectl("apply", "-f", str(RBAC))
+        assert again.count("unchanged") >= 4 and "created" not in again, again
         wait_for_policy(cluster, namespaces)
         rows = table_rows()
         wrong = [w for request, alone, _ in rows
