@@ -295,6 +295,17 @@ class Cluster:
                                     operation=f"watch {resource.plural}")
         return WatchStream(response, resource)
 
+    def allowed(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool:
+        """Whether this client's user may `verb` `resource` (a SelfSubjectAccessReview: RBAC's
+        answer, as `kubectl auth can-i`; admission policies are not asked)."""
+        attributes = {"verb": verb, "group": group, "resource": resource,
+                      **({"namespace": namespace} if namespace else {})}
+        review = self._checked(f"review access: {verb} {resource}", "POST",
+                               "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                               body={"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                     "spec": {"resourceAttributes": attributes}})
+        return bool((review.get("status") or {}).get("allowed"))
+
     def ensure_namespace(self, name: str, labels: dict[str, str]) -> None:
         self.apply({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": name, "labels": labels}})

@@ -142,15 +142,18 @@ def render(name: str, fields: Mapping[str, Any]) -> list[Obj]:
 
 
 RBAC = "rbac.yaml"
+# The add-on rights (kube-system), apart from the run-only ones: docs/RBAC.md.
+RBAC_ADDONS = "rbac-addons.yaml"
 
 
-def rbac_objects(namespace: str, labels: Mapping[str, str]) -> list[Obj]:
-    """manifests/rbac.yaml moved into `namespace`, `labels` added to every object.
+def rbac_objects(namespace: str, labels: Mapping[str, str], name: str = RBAC) -> list[Obj]:
+    """manifests/rbac.yaml (or `name`, rbac-addons.yaml) with its ServiceAccount moved into
+    `namespace`, `labels` added to every object.
 
     The file is plain YAML so that `kubectl apply -f` takes it as shipped (its ServiceAccount in
     `default`); a run that applies it elsewhere sets the namespace here, in code, both on the
     ServiceAccount and on the binding's subject, which `kubectl apply -n` would leave behind."""
-    objects = render(RBAC, {})
+    objects = render(name, {})
     for obj in objects:
         metadata = obj["metadata"]
         metadata["labels"] = {**metadata.get("labels", {}), **labels}

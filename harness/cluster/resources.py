@@ -56,6 +56,9 @@ KNOWN_RESOURCES = {
         Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
         Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
         Resource("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
+        Resource("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False),
+        Resource("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",
+                 "validatingadmissionpolicybindings", False),
     )
 }
 POD = KNOWN_RESOURCES[("v1", "Pod")]

@@ -52,8 +52,8 @@ KLOG = "klog flags"
 DEFAULT_ARTIFACTS = "_artifacts"
 # upstream's default --pytorchImage (test/cases/nvidia/main_test.go): an AWS Deep Learning Container.
 # The images this project builds (`hack/images build`; their names are localcluster/images/names.py's),
-# tagged with the project's version, never `latest`: no registry serves them, a node runs what was
-# imported into its containerd (imagePullPolicy IfNotPresent in every template).
+# tagged with the project's version, never `latest`: they exist only where they were built and pushed
+# (the pull policy is IMAGE_PULL_POLICY's: upstream's Always for a tag, below).
 PROJECT_IMAGE_REPOSITORY = "kubetest2-training"
 
 

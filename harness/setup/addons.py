@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from harness.cluster.client import Cluster
 from harness.cluster.conditions import (
     any_pod_failed,
     crd_established,
@@ -31,8 +32,15 @@ from harness.cluster.manifests import template_text
 from harness.cluster.resources import Obj
 from harness.cluster.wait import Condition, wait_for
 from harness.config.topology import DEFAULT_TOLERATIONS
-from harness.errors import HarnessError, TestFailure, WaitTimeout
+from harness.errors import ConfigError, HarnessError, TestFailure, WaitTimeout
 from harness.framework.context import RunContext
+
+# Where the device plugins (and GPU sharing's objects) live, and the check manifests/rbac.yaml's
+# admission policy makes before the suites' ServiceAccount may change anything there: granted by
+# manifests/rbac-addons.yaml (verb, API group, resource), docs/RBAC.md.
+ADDON_NAMESPACE = "kube-system"
+ADDON_RIGHTS = ("install", "kubetest2-training", "addons")
+ADDON_RIGHTS_FILE = "manifests/rbac-addons.yaml"
 
 # How long removal waits for each deleted object to be gone before leaving it to the API server.
 REMOVE_SECONDS = 60.0
@@ -85,6 +93,36 @@ def describe(obj: Obj) -> str:
         f"{obj['kind']} {meta['name']}"
 
 
+def missing_rights(cluster: Cluster, objects: Sequence[Obj]) -> list[str]:
+    """What this account may not do, of creating `objects` (SelfSubjectAccessReviews, before
+    anything is created): each kind's create where it goes, and in kube-system the add-on rights."""
+    wanted: dict[tuple[str, str, str, str], None] = {}
+    for obj in objects:
+        resource = cluster.resource(obj["apiVersion"], obj["kind"])
+        namespace = obj["metadata"].get("namespace", "")
+        wanted[("create", obj["apiVersion"].rpartition("/")[0], resource.plural, namespace)] = None
+        if namespace == ADDON_NAMESPACE:
+            wanted[(*ADDON_RIGHTS, ADDON_NAMESPACE)] = None
+    return [f"{verb} {f'{group}/' if group else ''}{plural}" + (f" in {namespace}" if namespace else "")
+            for verb, group, plural, namespace in wanted if not cluster.allowed(verb, group, plural, namespace or None)]
+
+
+def require_rights(cluster: Cluster, what: str, objects: Sequence[Obj], remedy: str) -> None:
+    """A ConfigError naming what is missing and `remedy`, unless this account may create `objects`."""
+    missing = missing_rights(cluster, objects)
+    if missing:
+        raise ConfigError(f"{what} needs rights this account lacks ({', '.join(missing)}): {remedy}")
+
+
+def install_remedy(addon: Addon, objects: Sequence[Obj]) -> str:
+    """How to give a run the rights to install `addon`, or to do without them."""
+    install_first = (f"or have an administrator install it first (kubectl apply --server-side -f "
+                     f"manifests/{addon.manifest})")
+    if all(obj["metadata"].get("namespace") == ADDON_NAMESPACE for obj in objects):
+        return f"apply {ADDON_RIGHTS_FILE} (docs/RBAC.md), {install_first}"
+    return f"it takes an administrator's rights (CRDs, cluster roles; docs/RBAC.md): {install_first}"
+
+
 def readiness(obj: Obj, node_names: tuple[str, ...], grace: float) -> tuple[Condition, list[Condition]] | None:
     """What proves an object is up, and what fails it at once; None for objects with no state."""
     kind, meta = obj["kind"], obj["metadata"]
@@ -114,6 +152,8 @@ def ensure(session: RunContext, addon: Addon, node_names: tuple[str, ...]) -> No
         say(session, f"{addon.name}: found what kubetest2-training run(s) {', '.join(left)} installed and did not "
             "remove (interrupted?): used, not removed; `python -m harness.cleanup` removes it")
     if created:
+        require_rights(cluster, f"installing {addon.name} {addon.version} (this cluster lacks "
+                       + ", ".join(describe(o) for o in created) + ")", created, install_remedy(addon, created))
         session.teardown.callback(remove, session, addon, created)
         for obj in created:
             cluster.apply(obj)

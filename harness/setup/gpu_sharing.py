@@ -39,7 +39,14 @@ from harness.cluster.watch import ClusterState, Watched
 from harness.config.topology import DEFAULT_TOLERATIONS, GPU_RESOURCE
 from harness.errors import HarnessError, TestFailure
 from harness.framework.context import RunContext
-from harness.setup.addons import NVIDIA_DEVICE_PLUGIN, addon_objects, describe, say
+from harness.setup.addons import (
+    ADDON_RIGHTS_FILE,
+    NVIDIA_DEVICE_PLUGIN,
+    addon_objects,
+    describe,
+    require_rights,
+    say,
+)
 
 PLUGIN_NAMESPACE = "kube-system"
 PLUGIN_NAME = "nvidia-device-plugin-daemonset"
@@ -257,8 +264,11 @@ class GpuSharing:
                 raise TestFailure(f"{self.mode.name}: no NVIDIA device plugin ({describe(stock)}) to replace "
                                   f"({installed or 'not installed by this run'})")
             self.present = recreatable(live)
-        session.teardown.callback(self.restore)
         objects = self._objects()
+        resets = [reset_job(node, cfg.run_id, cfg.nccl_tests_image, (), {}) for node in self.node_names[:1]]
+        require_rights(self.cluster, f"{self.mode.name} (replacing {describe(stock)})", [*objects, *resets],
+                       f"apply {ADDON_RIGHTS_FILE} (docs/RBAC.md)")
+        session.teardown.callback(self.restore)
         self._say(f"replacing {describe(stock)}{' (present before the run)' if self.present else ''} by one "
                   f"sharing each GPU {self.replicas} times ({self.mode.name})")
         self.changed = True

@@ -24,7 +24,7 @@ from tiers import trainings
 
 from harness.cluster.client import Cluster
 from harness.cluster.labels import MANAGED_BY_LABEL
-from harness.cluster.manifests import rbac_objects
+from harness.cluster.manifests import RBAC_ADDONS, rbac_objects
 from harness.config.settings import NCCL_TESTS_IMAGE, WORKLOADS_IMAGE
 
 from .conftest import DEFAULT_NODE_SHAPE, INJECT, REPO, LocalCluster, canned_by_default, ensure_default_nodes
@@ -217,20 +217,23 @@ def service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path
     return path
 
 
-def apply_rbac(cluster: LocalCluster, namespace: str) -> tuple[Cluster, list[dict[str, Any]]]:
-    """manifests/rbac.yaml's objects with the ServiceAccount in `namespace`, applied."""
+def apply_rbac(cluster: LocalCluster, namespace: str, addons: bool = True) -> tuple[Cluster, list[dict[str, Any]]]:
+    """manifests/rbac.yaml's objects with the ServiceAccount in `namespace`, applied, and unless
+    `addons` is False rbac-addons.yaml's (the suites install the device plugins as upstream's do)."""
     kube = Cluster.connect(str(cluster.kubeconfig))
-    objects = rbac_objects(namespace, {MANAGED_BY_LABEL: "kubetest2-training"})
+    labels = {MANAGED_BY_LABEL: "kubetest2-training"}
+    objects = rbac_objects(namespace, labels) + (rbac_objects(namespace, labels, RBAC_ADDONS) if addons else [])
     for obj in objects:
         kube.apply(obj)
     return kube, objects
 
 
 def remove_cluster_rbac(kube: Cluster, objects: list[dict[str, Any]]) -> None:
-    """Deletes apply_rbac's cluster-scoped objects (the ServiceAccount goes with its namespace)."""
+    """Deletes apply_rbac's objects but the ServiceAccount, which goes with its namespace."""
     for obj in objects:
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            kube.delete(kube.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"])
+        if obj["kind"] != "ServiceAccount":
+            kube.delete(kube.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"],
+                        obj["metadata"].get("namespace"))
 
 
 # The shared runs of this pytest session, by what was run (this module is imported once a session).

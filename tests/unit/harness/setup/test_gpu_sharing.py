@@ -15,7 +15,7 @@ import yaml
 
 from harness.cluster.pods import run_interval
 from harness.config.settings import resolve
-from harness.errors import ClusterError, TestFailure
+from harness.errors import ClusterError, ConfigError, TestFailure
 from harness.framework.cli import parse_args
 from harness.setup import gpu_sharing as setup
 from harness.setup.addons import NVIDIA_DEVICE_PLUGIN, addon_objects
@@ -127,17 +127,24 @@ def test_the_sharing_plugin_replaces_the_stock_one_under_its_name(mode: setup.Sh
 class RecordingCluster:
     """Records deletes and applies; `fail_on` names a (verb, kind/name) that raises."""
 
-    def __init__(self, fail_on: tuple[str, str] | None = None, live: dict[str, Any] | None = None) -> None:
+    def __init__(self, fail_on: tuple[str, str] | None = None, live: dict[str, Any] | None = None,
+                 denied: frozenset[str] = frozenset()) -> None:
         self.calls: list[tuple[str, str]] = []
         self.applied: list[dict[str, Any]] = []
         self.fail_on = fail_on
         self.live = live  # what get() finds (a device plugin present before the run)
+        self.denied = denied  # the resources an access review refuses (the add-on rights: "addons")
+        self.reviewed: list[tuple[str, str, str, str | None]] = []
+
+    def allowed(self, verb: str, group: str, resource: str, namespace: str | None = None) -> bool:
+        self.reviewed.append((verb, group, resource, namespace))
+        return resource not in self.denied
 
     def get(self, resource: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         return self.live
 
     def resource(self, api_version: str, kind: str) -> Any:
-        return SimpleNamespace(kind=kind, api_version=api_version)
+        return SimpleNamespace(kind=kind, api_version=api_version, plural=kind.lower() + "s")
 
     def _record(self, verb: str, what: str) -> None:
         self.calls.append((verb, what))
@@ -377,3 +384,18 @@ def test_off_by_default_and_skipped_without_the_plugin_install(mode: setup.Shari
         gpu_sharing(mode)(context(flag, "--installDevicePlugin=false"))
     with pytest.raises(TestFailure, match="ACCELERATOR=cpu"):
         gpu_sharing(mode)(context(flag, ACCELERATOR="cpu"))
+
+
+def test_sharing_without_the_addon_rights_stops_before_changing_anything():
+    # The run-only account (manifests/rbac.yaml alone): an access review of the add-on rights says no,
+    # so the plugin is neither deleted nor replaced, and the error names the file that grants them.
+    cluster = RecordingCluster(denied=frozenset({"addons"}))
+    sharing = sharing_on(cluster, setup.TIME_SLICING)
+    sharing.changed = False
+    with pytest.raises(ConfigError) as raised:
+        sharing.share()
+    assert "install kubetest2-training/addons in kube-system" in str(raised.value)
+    assert "apply manifests/rbac-addons.yaml" in str(raised.value)
+    assert cluster.calls == [] and not sharing.changed
+    assert ("create", "", "configmaps", "kube-system") in cluster.reviewed
+    assert ("create", "batch", "jobs", "kube-system") in cluster.reviewed

@@ -1,4 +1,5 @@
-"""manifests/rbac.yaml grants every API call the harness makes (issue 23 item 5): each call of the
+"""manifests/rbac.yaml grants every API call the harness makes (issue 23 item 5), and
+manifests/rbac-addons.yaml what installing the add-ons needs in kube-system (issue 46): each call of the
 cluster client (get, list, delete, apply) and each watch on a resource named in harness/ and
 testbins/ is found in the source, with the objects applied from templates and add-ons, and checked
 against the ClusterRole's rules."""
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from harness.cluster import resources
-from harness.cluster.manifests import rbac_objects, render
+from harness.cluster.manifests import RBAC_ADDONS, rbac_objects, render
 from harness.cluster.resources import KNOWN_RESOURCES, POD, Resource
 from harness.jobs.launchers import LAUNCHERS
 from harness.setup.addons import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN, addon_objects
@@ -116,8 +117,52 @@ def test_what_each_test_needs_is_granted(group, resource, verbs):
     assert all((group, resource, verb) in rules for verb in verbs)
 
 
-def test_nothing_that_escalates_is_granted():
+def addon_rules() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) manifests/rbac-addons.yaml's Role grants (in kube-system)."""
+    (role,) = [o for o in rbac_objects("ns", {}, RBAC_ADDONS) if o["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "kube-system"
+    return {(group, name, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for name in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_addon_rights_cover_the_addons_and_gpu_sharing_in_kube_system():
+    from harness.setup.addons import ADDON_NAMESPACE, ADDON_RIGHTS
+    from harness.setup.gpu_sharing import MPS, reset_job, sharing_objects
+
+    objects = [*addon_objects(NVIDIA_DEVICE_PLUGIN, "r"), *addon_objects(EFA_DEVICE_PLUGIN, "r"),
+               *sharing_objects(MPS, 4, "r", (), {}), reset_job("n1", "r", "img", (), {})]
+    rules = addon_rules()
+    verb, group, resource = ADDON_RIGHTS
+    assert (group, resource, verb) in rules
+    for obj in objects:
+        assert obj["metadata"]["namespace"] == ADDON_NAMESPACE, obj["metadata"]
+        kind = KNOWN_RESOURCES[(obj["apiVersion"], obj["kind"])]
+        for verb in ("get", "create", "patch", "delete"):
+            assert (group_of(kind), kind.plural, verb) in rules, (obj["kind"], verb)
+
+
+def test_run_only_grants_no_configmaps_and_no_pod_creation():
+    # The sharing ConfigMap is the add-on file's; pods are made by the Job, DaemonSet and operators'
+    # controllers, never by the harness.
     rules = granted()
+    assert not {(g, r, v) for g, r, v in rules if r == "configmaps"}
+    assert ("", "pods", "create") not in rules and ("", "pods", "delete") in rules
+
+
+def test_the_policy_checks_what_the_addon_file_grants():
+    from harness.setup.addons import ADDON_NAMESPACE, ADDON_RIGHTS
+
+    objects = [doc for doc in yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text()) if doc]
+    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    verb, group, resource = ADDON_RIGHTS
+    check = f"authorizer.group('{group}').resource('{resource}').namespace('{ADDON_NAMESPACE}').check('{verb}')"
+    assert any(check in v["expression"] for v in policy["spec"]["variables"])
+
+
+def test_nothing_that_escalates_is_granted():
+    rules = granted() | addon_rules()
     risky = {(g, r, v) for g, r, v in rules if r in {"secrets", "clusterroles", "clusterrolebindings", "roles",
                                                      "rolebindings", "customresourcedefinitions", "*"}
              or v in {"*", "escalate", "bind", "impersonate"}}
@@ -130,8 +175,9 @@ def test_the_file_applies_as_shipped():
     text = (REPO / "manifests" / "rbac.yaml").read_text()
     assert "{{" not in text
     objects = [doc for doc in yaml.safe_load_all(text) if doc]
-    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
-    (account, _, binding) = objects
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    (account, _, binding, _, _) = objects
     assert account["metadata"]["namespace"] == "default"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": "default"}]
@@ -140,7 +186,7 @@ def test_the_file_applies_as_shipped():
 
 def test_the_harness_sets_its_own_namespace_and_labels():
     objects = rbac_objects("ns-1", {"kubetest2-training/run-id": "r1"})
-    (account, role, binding) = objects
+    (account, role, binding, _, _) = objects
     assert account["metadata"]["namespace"] == "ns-1"
     assert binding["subjects"][0]["namespace"] == "ns-1"
     for obj in objects:
