@@ -6,7 +6,7 @@
 set -eu
 set -o pipefail
 
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .' | head -c 3 || true)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | awk 'NR == 1 {gsub(/[ .]/, ""); print substr($0, 1, 3)}' || true)
 cc=${cc:-0}
 echo "compute capability (as an integer): $cc"
 vgpu=false

@@ -45,7 +45,7 @@ if [ "$class" = nvswitch ]; then
     echo "OK 5.3: every GPU's fabric state is Completed"
   fi
 
-  model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1)
+  model=$(nvidia-smi --query-gpu=name --format=csv,noheader | awk 'NR == 1')
   gpus=$(nvidia-smi -L | wc -l)
   case "$model" in
     *V100*) per_gpu=6 ;;

@@ -7,7 +7,7 @@
 set -eu
 set -o pipefail
 
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .' | head -c 3 || true)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | awk 'NR == 1 {gsub(/[ .]/, ""); print substr($0, 1, 3)}' || true)
 cc=${cc:-0}
 if [ "$cc" -lt 80 ]; then
   echo "SKIP 1.9: pre-Ampere GPU (compute capability $cc): no GSP firmware"
@@ -31,7 +31,7 @@ if [ -z "$versions" ]; then
   echo "FAIL 1.9a: nvidia-smi -q has no GSP Firmware Version line on an Ampere or later GPU"
   exit 41
 fi
-driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | tr -d ' \r\n')
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | awk 'NR == 1 {gsub(/[ \r]/, ""); print}')
 if [ -z "$driver" ]; then
   echo "FAIL 1.9a: nvidia-smi reported no driver version"
   exit 41

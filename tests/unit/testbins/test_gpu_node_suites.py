@@ -89,26 +89,15 @@ def test_the_gpu_model_comes_from_the_hardware_table():
 
 # -- the scripts, run here with a stand-in nvidia-smi ------------------------------------------------
 
-FAKE_SMI = """#!/bin/bash
-case "$*" in
-  -L) [ -n "$SMI_BROKEN" ] && { echo "Failed to initialize NVML: Driver/library version mismatch"; exit 18; }
-      echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"; echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)" ;;
-  *driver_version*) echo "$SMI_DRIVER"; echo "$SMI_DRIVER" ;;
-  *name*) echo "NVIDIA H100 80GB HBM3"; echo "NVIDIA H100 80GB HBM3" ;;
-  *compute_cap*) echo "${SMI_CC:-9.0}" ;;
-  *index*) echo 0; echo 1 ;;
-  -q) echo "    GSP Firmware Version            : ${SMI_GSP:-$SMI_DRIVER}"
-      echo "    GSP Firmware Version            : $SMI_DRIVER" ;;
-  *) exit 0 ;;
-esac
-"""
+# A stand-in nvidia-smi, its output set by SMI_* variables.
+FAKE_SMI = Path(__file__).with_name("fake-nvidia-smi.sh")
 
 
 def run_script(check: NodeCheck, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_SMI)
+    smi.write_text(FAKE_SMI.read_text())
     smi.chmod(0o755)
     demo = tmp_path / "demo"
     demo.mkdir(exist_ok=True)
