@@ -115,6 +115,31 @@ CATALOGUE: dict[str, Entry] = {
         "upstream", "the same through the NVIDIA MPS control daemon (opt-in, upstream's #817 under a name of ours)",
         ("gpu_sharing.advertised", "gpu_sharing.overlap", "gpu_sharing.uuids", "gpu_sharing.compute_mode"),
         ("MPS_ENABLED", "GPU_SHARING_REPLICAS", "INSTALL_DEVICE_PLUGIN")),
+    # upstream's GPU node suites (testbins/nvidia_node/): one binary each, a check script per node.
+    "TestDriverLiveness": Entry(
+        "upstream", "`manifests/scripts/driver-liveness-check.sh` in `--nvidiaTestImage`, one pod with one GPU",
+        ("driver_liveness",), ("NCCL_TESTS_IMAGE", "EXPECTED_DRIVER_VERSION", "NODE_TYPE")),
+    "TestCUDACompute": Entry(
+        "upstream", "`manifests/scripts/cuda-compute-check.sh` (nine CUDA samples of `--nvidiaTestImage`), one "
+        "pod with one GPU", ("cuda_compute",), ("NCCL_TESTS_IMAGE",)),
+    "TestFabricManagerVersionMatchesDriver": Entry(
+        "upstream", "`manifests/scripts/fabric-manager-version-check.sh` in `--nvidiaTestImage`, a pod on every "
+        "node (host /proc and /var/log read-only)", ("fabric_manager_version",), ("NCCL_TESTS_IMAGE",)),
+    "TestFabricAndNVLinkInContainer": Entry(
+        "upstream", "`manifests/scripts/fabric-nvlink-check.sh` in `--nvidiaTestImage`, one pod with every GPU of "
+        "its node (host /proc/driver and journals read-only)", ("fabric_nvlink",), ("NCCL_TESTS_IMAGE",)),
+    "TestGSPFirmware": Entry(
+        "upstream", "`manifests/scripts/gsp-firmware-check.sh` in `--nvidiaTestImage`, one pod with every GPU of "
+        "its node (host /proc read-only)", ("gsp_firmware",), ("NCCL_TESTS_IMAGE",)),
+    "TestDeviceNodes": Entry(
+        "upstream", "`manifests/scripts/device-nodes-check.sh` in `--nvidiaTestImage`, one pod with one GPU",
+        ("device_nodes",), ("NCCL_TESTS_IMAGE",)),
+    "TestSharedLibraries": Entry(
+        "upstream", "`manifests/scripts/shared-libraries-check.sh` in Amazon Linux 2023, a pod with one GPU on "
+        "every node", ("shared_libraries",), ("REQUIRED_LIBS", "ALLOWED_LIB_DIRS_REGEX")),
+    "TestBertInference": Entry(
+        "upstream", "`python infer.py` of `--bertInferenceImage`, one pod with `--gpuRequested` GPUs", (),
+        ("BERT_INFERENCE_IMAGE", "INFERENCE_MODE", "GPU_REQUESTED")),
 }
 
 # Every check a test above names: when it fails, and where its threshold comes from.
@@ -163,6 +188,10 @@ CHECKS: dict[str, tuple[str, str]] = {
     "gpu_sharing.uuids": ("the pods name more GPUs than the node has, one more than replicas times, or none twice",
                           "`GPU_SHARING_REPLICAS`"),
     "gpu_sharing.compute_mode": ("(MPS) a GPU not in compute mode `Exclusive_Process`", "-"),
+    **{name: ("per node (`<check>.<node>`): an assertion of its script failed (`FAIL <id>: ...`, naming the node), or "
+              "its log stops before the script's last line, or its pod left no log", "the script's own assertions")
+       for name in ("driver_liveness", "cuda_compute", "fabric_manager_version", "fabric_nvlink", "gsp_firmware",
+                    "device_nodes", "shared_libraries")},
 }
 
 # Throughput floors the table derives, per workload/size the suites run (thresholds.throughput_floor).
@@ -180,10 +209,10 @@ def _code_strings() -> str:
 def problems() -> list[str]:
     """What in CATALOGUE and CHECKS the code contradicts."""
     from harness.config.settings import SETTINGS
-    from testbins import e2e_nvidia, e2e_nvidia_training
+    from testbins.suites import all_suites
 
     found = []
-    tests = {t.name for s in (e2e_nvidia_training.SUITE, e2e_nvidia.SUITE) for t in s.tests}
+    tests = {t.name for s in all_suites() for t in s.tests}
     if missing := sorted(tests - CATALOGUE.keys()):
         found.append(f"testbins/catalogue.py CATALOGUE lacks {missing} (tests the suites declare)")
     if gone := sorted(CATALOGUE.keys() - tests):
@@ -329,9 +358,10 @@ def _threshold_lines() -> list[str]:
 
 def tests_page() -> str:
     from testbins import e2e_nvidia, e2e_nvidia_training
+    from testbins.suites import gpu_node_suites
 
     lines = ["# Test catalogue", "", GENERATED, "",
-             "Every test of both suites: whose it is (upstream aws-k8s-tester's, whose CI lines run unchanged, or "
+             "Every test of every suite: whose it is (upstream aws-k8s-tester's, whose CI lines run unchanged, or "
              "ours), what it launches, each feature with its labels and assessments (the selectors `--feature`, "
              "`--labels`, `--assess` use them), every check with where its threshold comes from, and the settings "
              "that change it. A test fails when any check fails, with the first failing check's message; a check "
@@ -341,6 +371,9 @@ def tests_page() -> str:
                             "`LAUNCHER=mpi` and on fewer than 2 nodes.")
     lines += _tests_section(e2e_nvidia.SUITE, "GPU and interconnect tests. `TestDcgmDiagnostics`, "
                             "`TestTimeSlicing` and `TestMps` are opt-in and skip, naming the flag, unless enabled.")
+    for suite in gpu_node_suites():
+        lines += _tests_section(suite, f"upstream's `{suite.aliases[0]}` (docs/DROP-IN.md): a check script on the "
+                                "GPU nodes, each node's log judged, the node named on a failure.")
     lines += _threshold_lines()
     return "\n".join(lines) + "\n"
 

@@ -14,9 +14,10 @@ from harness.framework.cli import wants_help
 from harness.framework.suite import Suite
 from harness.runner import EXIT_USAGE
 from harness.runner import main as run_suite
-from testbins import e2e_nvidia, e2e_nvidia_training
+from testbins import e2e_nvidia_training
+from testbins.suites import all_suites
 
-SUITES: dict[str, Suite] = {s.binary: s for s in (e2e_nvidia_training.SUITE, e2e_nvidia.SUITE)}
+SUITES: dict[str, Suite] = {s.binary: s for s in all_suites()}
 DEFAULT_SUITE = e2e_nvidia_training.SUITE.binary
 
 

@@ -341,6 +341,30 @@ class Config:
                                     "the cluster lacks the CRD, remove them at the end; false: such a test fails "
                                     "naming the missing CRD", parse_bool, "true or false",
                                     env="INSTALL_TRAINER", default=True)
+    # -- upstream's GPU node suites (nvidia-driver-liveness.test ... nvidia-inference.test, docs/DROP-IN.md) --
+    expected_driver_version: str | None = setting(
+        "the NVIDIA driver branch every GPU must report (upstream's flag: the leading integer, `580`; a full "
+        "`580.65.06` is cut to its branch); unset: TestDriverLiveness skips that assertion (1.5), as upstream's",
+        parse_text, "a driver version or branch", env="EXPECTED_DRIVER_VERSION", flags=("expectedDriverVersion",))
+    required_libs: str = setting(
+        "TestSharedLibraries: the SONAMEs that must be in the containers' ld.so cache and resolve under "
+        "--allowedLibDirsRegex (space-separated, upstream's flag)", parse_text, "space-separated SONAMEs",
+        env="REQUIRED_LIBS", flags=("requiredLibs",),
+        default="libcuda.so.1 libnvidia-ml.so.1 libnvidia-ptxjitcompiler.so.1 libnvidia-cfg.so.1")
+    allowed_lib_dirs_regex: str = setting(
+        "TestSharedLibraries: the extended regular expression every resolved path of a required library must "
+        "match (upstream's flag)", parse_regex, "a regular expression", env="ALLOWED_LIB_DIRS_REGEX",
+        flags=("allowedLibDirsRegex",), default=r"^/(usr/)?lib(64)?/[^/]+$")
+    bert_inference_image: str | None = setting(
+        "image of TestBertInference (upstream's flag; its `python infer.py`); unset or empty: the test fails "
+        "naming the flag, as upstream's", parse_image_or_empty, "an image reference", env="BERT_INFERENCE_IMAGE",
+        flags=("bertInferenceImage",))
+    inference_mode: str = setting("TestBertInference's INFERENCE_MODE (upstream's flag)",
+                                  choice("throughput", "latency"), "throughput or latency", env="INFERENCE_MODE",
+                                  flags=("inferenceMode",), default="throughput")
+    gpu_requested: int = setting("TestBertInference: GPUs its pod asks for, and that a node must advertise before "
+                                 "it starts (upstream's flag)", parse_count, "a whole number >= 1",
+                                 env="GPU_REQUESTED", flags=("gpuRequested",), default=1)
     metric_dimensions: Mapping[str, str] = setting("CloudWatch metric dimensions (k=v,k2=v2): recorded as JUnit "
                                                    "properties; the CloudWatch export itself is not done here",
                                                    parse_dimensions, "comma-separated key=value pairs",
@@ -460,6 +484,7 @@ skip_log_headers          klog   bool   drop klog file headers
 add_dir_header            klog   bool   add the file folder to klog headers
 one_output                klog   bool   write each klog line to one file only
 log_backtrace_at          klog   value  print a Go stack at a klog line
+region                    suite  value  ask ec2:DescribeInstanceTypes there for the type's GPUs (here: thresholds.yaml)
 """
 
 

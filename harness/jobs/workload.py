@@ -24,7 +24,7 @@ class Workload:
     launcher: str | None = None  # default: LAUNCHER
     nodes: int | None = None  # default: every node of the topology (a single-node variant uses 1)
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    # Host folders mounted read-only in the pods, mount path -> host path (daemonset launcher).
+    # Host folders mounted read-only in the pods, mount path -> host path (daemonset, per-node launchers).
     host_paths: Mapping[str, str] = field(default_factory=dict)
     # Linux capabilities its program needs (per-node launcher; every other is dropped), each said why where declared.
     capabilities: tuple[str, ...] = ()
@@ -36,6 +36,9 @@ class Workload:
     # The per-node Jobs' activeDeadlineSeconds (default: the wait plus a minute, a backstop for pods
     # the harness could not delete); TestDcgmDiagnostics sets it a minute inside its wait, as upstream's.
     deadline_seconds: int | None = None
+    # GPUs each per-node pod asks for (default: all of its node's): upstream's node checks and BERT
+    # inference ask for 1 (or --gpuRequested).
+    gpus: int | None = None
     # Pods of the job, all at once on its one node, one GPU each (shared-gpu launcher: GPU sharing tests).
     pods: int | None = None
 

@@ -17,6 +17,13 @@ from harness.jobs.workload import Placement, Rendering, Workload
 MASTER_PORT = 29500
 
 
+def host_mounts(workload: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The workload's host folders as read-only volume mounts and their hostPath volumes."""
+    mounts = sorted(workload.host_paths.items())
+    return ([{"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, (path, _) in enumerate(mounts)],
+            [{"name": f"host-{i}", "hostPath": {"path": host}} for i, (_, host) in enumerate(mounts)])
+
+
 def pod_tolerations(placement: Placement) -> list[dict[str, str]]:
     """The tolerations of every pod the suite creates, any launcher's (harness.config.topology's
     DEFAULT_TOLERATIONS, and TOLERATIONS'): the one place a template's pods get theirs."""

@@ -15,6 +15,7 @@ from harness.jobs.launchers.base import (
     Launcher,
     common_fields,
     container_env,
+    host_mounts,
     node_affinity,
 )
 from harness.jobs.workload import Placement, Rendering, Workload
@@ -28,14 +29,12 @@ class DaemonSetCheck(Launcher):
     owner = DAEMONSET
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
-        mounts = sorted(workload.host_paths.items())
+        mounts, volumes = host_mounts(workload)
         return [Rendering("daemonset.yaml", {
             **common_fields(workload, placement), "Command": workload.program(),
             "Env": container_env(workload, placement, None), "NodeSelector": {INSTANCE_TYPE_LABEL: placement.node_type},
             "NodeAffinity": node_affinity(placement),
-            "VolumeMounts": [{"name": f"host-{i}", "mountPath": path, "readOnly": True} for i, (path, _) in
-                             enumerate(mounts)],
-            "Volumes": [{"name": f"host-{i}", "hostPath": {"path": host}} for i, (_, host) in enumerate(mounts)]})]
+            "VolumeMounts": mounts, "Volumes": volumes})]
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         return pods_ready_on_nodes(placement.namespace, job_selector(workload.job_name), placement.node_names)

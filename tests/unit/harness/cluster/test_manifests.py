@@ -12,6 +12,7 @@ from harness.cluster.manifests import PLACEHOLDER, TEMPLATE_FIELDS, render, rend
 from harness.config.settings import NCCL_TESTS_IMAGE
 from harness.errors import RenderError
 from harness.jobs.launchers.base import security_context
+from harness.jobs.launchers.per_node import SHM_MOUNT, SHM_VOLUME
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -141,7 +142,9 @@ def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
               "NodeName": "n1", "GPUPerNode": 8, "SecurityContext": DROPPED,
               "Requests": {"cpu": "48", "memory": "64Gi"}, "Command": ["nvidia-smi", "-L"],
               "Env": [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}],
-              "Tolerations": TOLERATIONS, "ActiveDeadlineSeconds": 960}
+              "Tolerations": TOLERATIONS, "ActiveDeadlineSeconds": 960,
+              "VolumeMounts": [SHM_MOUNT, {"name": "host-0", "mountPath": "/host/proc", "readOnly": True}],
+              "Volumes": [SHM_VOLUME, {"name": "host-0", "hostPath": {"path": "/proc"}}]}
     (job,) = render("per-node-job.yaml", fields)
     assert job["spec"]["activeDeadlineSeconds"] == 960
     pod = job["spec"]["template"]["spec"]
@@ -149,6 +152,9 @@ def test_per_node_template_pins_the_pod_and_asks_for_the_gpus():
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert pod["containers"][0]["env"] == [{"name": "EC2_INSTANCE_TYPE", "value": "p5.48xlarge"}]
     assert re.fullmatch(r"[a-z0-9-]+", job["metadata"]["name"])
+    assert pod["containers"][0]["volumeMounts"][1] == {"name": "host-0", "mountPath": "/host/proc", "readOnly": True}
+    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                              {"name": "host-0", "hostPath": {"path": "/proc"}}]
 
 
 def test_daemonset_template_mounts_host_folders_read_only_on_the_node_type():

@@ -1,0 +1,74 @@
+"""What the GPU node suites share: a check script run in a per-node Job (or a DaemonSet), each
+node's log judged (harness/verdict/node_checks.py), the node named on a failure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from harness.cluster.manifests import script_text
+from harness.errors import TestFailure
+from harness.framework.context import TestContext
+from harness.jobs.assessment import record_verdict
+from harness.jobs.images import image
+from harness.jobs.job import Job, launch
+from harness.jobs.workload import Workload
+from harness.metrics.records import read_lines
+from harness.verdict.checks import Verdict
+from harness.verdict.node_checks import NodeLog, judge_node_checks
+from testbins.nvidia.common import require_gpus
+
+# upstream's pods run with these capabilities of the driver (compute for CUDA, utility for nvidia-smi).
+COMPUTE_UTILITY = {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+# upstream's /host/proc: what the GSP and fabric-manager checks read of the node.
+HOST_PROC = {"/host/proc": "/proc"}
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """A script of manifests/scripts/ that checks a node and the line it ends with when all passed."""
+
+    check: str  # the verdict's check name (`<check>.<node>`)
+    job_name: str  # upstream's pod (or Job) name
+    script: str
+    done_line: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    host_paths: Mapping[str, str] = field(default_factory=dict)
+
+    def workload(self, test_image: str, *, nodes: int | None = None, gpus: int | None = None,
+                 env: Mapping[str, str] | None = None) -> Workload:
+        """A per-node Job on `nodes` nodes of the run (None: every node), its pods asking for `gpus`
+        GPUs (None: all their node's)."""
+        return Workload(self.job_name, binary="/bin/bash", args=("-c", script_text(self.script)), image=test_image,
+                        launcher="per-node", nodes=nodes, gpus=gpus,
+                        extra_env={**COMPUTE_UTILITY, **self.env, **(env or {})}, host_paths=self.host_paths)
+
+
+def node_verdict(job: Job, check: NodeCheck) -> Verdict:
+    """Every node of the job judged on its log (harness/verdict/node_checks.py)."""
+    logs = [NodeLog(entry.node, tuple(read_lines(entry.path))) for entry in job.capture_logs()
+            if not entry.previous and entry.path.exists()]
+    return judge_node_checks(check.check, logs, job.placement.node_names, check.done_line)
+
+
+def judge_check(t: TestContext, job: Job, check: NodeCheck) -> None:
+    """The job succeeds (upstream's verdict) and every node's log says each assertion passed or was
+    skipped; a node that failed one is named with it, whether its pod failed or its log says so."""
+    try:
+        job.wait_succeeded()
+    except TestFailure:
+        verdict = node_verdict(job, check)
+        if not verdict.passed:
+            record_verdict(t, verdict)  # raises, naming the node and the assertion it failed
+        raise
+    record_verdict(t, node_verdict(job, check))
+
+
+def run_check(t: TestContext, check: NodeCheck, assessment: str, *, test_image: str | None = None,
+              nodes: int | None = None, gpus: int | None = None, env: Mapping[str, str] | None = None) -> None:
+    """Launch the check (the feature's setup), in --nvidiaTestImage unless `test_image`, and judge it
+    in upstream's assessment."""
+    require_gpus(t)
+    workload = check.workload(test_image or image(t, "nccl_tests_image"), nodes=nodes, gpus=gpus, env=env)
+    job = launch(t, workload)
+    t.assessment(assessment, lambda: judge_check(t, job, check))

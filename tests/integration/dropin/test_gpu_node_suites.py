@@ -1,0 +1,85 @@
+"""upstream's GPU node suites (nvidia-driver-liveness.test ... nvidia-inference.test) through the
+real kubetest2 on the local cluster's kwok p5 nodes: upstream's CI line of each, unchanged but for
+the image, passes with healthy canned logs (localcluster/emulation/canned_logs/gpu-node-checks) and
+fails with broken ones (gpu-node-checks-broken) naming the node and the assertion. The pods, the
+per-node Jobs, the log capture and the verdict are the real ones; the scripts' output is canned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..conftest import LocalCluster, ensure_default_nodes
+from ..kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
+from ..kubetest2_runs import UPSTREAM_TEST_IMAGE, case_properties, junit_cases, kubetest2
+
+pytestmark = pytest.mark.integration
+
+# upstream's CI line of each suite (its required flags), and its tests with the assertion the broken log fails.
+LINES = {
+    "nvidia-driver-liveness": (("--nodeType=p5.48xlarge", "--expectedDriverVersion=580"),
+                               {"TestDriverLiveness": ("driver_liveness", "FAIL 1.5")}),
+    "nvidia-cuda-compute": ((), {"TestCUDACompute": ("cuda_compute", "FAIL UnifiedMemoryPerf")}),
+    "nvidia-fabric-manager": (("--nodeType=p5.48xlarge",),
+                              {"TestFabricManagerVersionMatchesDriver": ("fabric_manager_version", "FAIL 5.2"),
+                               "TestFabricAndNVLinkInContainer": ("fabric_nvlink", "FAIL 5.3")}),
+    "nvidia-gsp-firmware": (("--nodeType=p5.48xlarge",), {"TestGSPFirmware": ("gsp_firmware", "FAIL 1.9b")}),
+    "nvidia-persistence-device-nodes": ((), {"TestDeviceNodes": ("device_nodes", "FAIL 7.3")}),
+    "nvidia-shared-libraries": ((), {"TestSharedLibraries": ("shared_libraries", "FAIL libnvidia-ml.so.1")}),
+}
+
+
+@pytest.fixture(scope="module")
+def p5(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    cluster.set_nodes("p5", 2)
+    try:
+        yield cluster
+    finally:
+        ensure_default_nodes(cluster)
+
+
+def run(cluster: LocalCluster, artifacts: Path, folder: str, canned: str, *extra: str):
+    flags, _ = LINES.get(folder, ((), {}))
+    done = kubetest2(cluster, artifacts, "exec", f"{folder}.test", "--test.v", *flags, *extra,
+                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}={canned}"})
+    return done, junit_cases(artifacts, f"e2e-{folder}")
+
+
+@pytest.mark.parametrize("folder", sorted(LINES))
+def test_upstreams_ci_line_passes_on_healthy_gpu_nodes(p5: LocalCluster, tmp_path: Path, folder: str):
+    done, cases = run(p5, tmp_path / "artifacts", folder, "gpu-node-checks", f"--nvidiaTestImage={UPSTREAM_TEST_IMAGE}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    tests = LINES[folder][1]
+    assert set(cases) == set(tests), sorted(cases)
+    for name, (check, _) in tests.items():
+        props = case_properties(cases[name])
+        judged = {k: v for k, v in props.items() if k.startswith(f"check.{check}.")}
+        assert judged and all(v.startswith("pass: ") for v in judged.values()), props
+        assert props["execution"] == "canned", props
+
+
+@pytest.mark.parametrize("folder", sorted(LINES))
+def test_a_broken_node_fails_the_test_naming_it(p5: LocalCluster, tmp_path: Path, folder: str):
+    done, cases = run(p5, tmp_path / "artifacts", folder, "gpu-node-checks-broken",
+                      f"--nvidiaTestImage={UPSTREAM_TEST_IMAGE}")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    for name, (check, assertion) in LINES[folder][1].items():
+        case = cases[name]
+        assert not case.is_passed, name
+        message = case.result[0].message
+        assert f"{check} on node kwok-p5-0: {assertion}" in message, message
+
+
+def test_upstreams_inference_line_runs_and_without_its_image_fails_naming_the_flag(p5: LocalCluster, tmp_path: Path):
+    done, cases = run(p5, tmp_path / "ok", "nvidia-inference", "gpu-node-checks",
+                      f"--bertInferenceImage={UPSTREAM_TEST_IMAGE}", "--inferenceMode=throughput")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert cases["TestBertInference"].is_passed
+    rendered = (tmp_path / "ok" / "e2e-nvidia-inference" / "TestBertInference" / "manifests"
+                / "per-node-job.yaml").read_text()
+    assert "infer.py" in rendered and "INFERENCE_MODE" in rendered and "nvidia.com/gpu: 1" in rendered
+    done, cases = run(p5, tmp_path / "no-image", "nvidia-inference", "gpu-node-checks")
+    assert done.returncode == 1
+    assert "--bertInferenceImage (or BERT_INFERENCE_IMAGE) must be set" in cases["TestBertInference"].result[0].message

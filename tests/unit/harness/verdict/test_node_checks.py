@@ -1,0 +1,30 @@
+"""The verdict of upstream's GPU node check scripts, node by node (harness/verdict/node_checks.py)."""
+
+from __future__ import annotations
+
+from harness.verdict.node_checks import NodeLog, judge_node_checks
+
+DONE = "=== all checks passed ==="
+
+
+def messages(logs, nodes=("a", "b")):
+    return [(c.name, c.status.value, c.message) for c in judge_node_checks("x", logs, list(nodes), DONE).checks]
+
+
+def test_a_healthy_node_passes_with_its_skips_said():
+    logs = [NodeLog("a", ("OK 1.1: fine", "SKIP 1.5: not set", DONE)), NodeLog("b", ("OK 1.1: fine", DONE))]
+    assert messages(logs) == [("x.a", "pass", "x on node a: 1 passed, 1 skipped; SKIP 1.5: not set"),
+                              ("x.b", "pass", "x on node b: 1 passed, 0 skipped")]
+
+
+def test_a_failed_assertion_names_the_node_and_the_assertion():
+    logs = [NodeLog("a", ("OK 1.1: fine", DONE)), NodeLog("b", ("FAIL 1.5: branch 570, expected 580",))]
+    assert messages(logs)[1] == ("x.b", "fail", "x on node b: FAIL 1.5: branch 570, expected 580")
+
+
+def test_a_log_cut_short_or_missing_fails():
+    assert messages([NodeLog("a", ("OK 1.1: fine",))], ("a",)) == [
+        ("x.a", "fail", "x on node a: the check did not finish (no '=== all checks passed ==='); its last line: "
+                        "OK 1.1: fine")]
+    assert messages([], ("a",)) == [("x.a", "fail", "x on node a: no log of its pod was captured")]
+    assert messages([], ()) == [("x", "fail", "x: no node to judge")]
