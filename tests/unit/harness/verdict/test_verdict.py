@@ -329,7 +329,7 @@ def test_one_short_probe_on_a_busy_host_names_no_node():
            "threshold 247.5) does not agree" in probe.message, probe.message
 
 
-def test_a_rank_whose_best_slice_is_within_the_threshold_is_not_named():
+def test_a_rank_whose_best_slice_reaches_the_reference_is_not_named():
     """Below the threshold on its median, but one of its slices ran at full speed: noise, not a slow node."""
     run = Run(log_of(records(2, "nanogpt", gpus_per_node=1,
                              r0=cpu_rank((0.06, 0.05, 0.1), (400.0, 170.0, 600.0)),
@@ -337,9 +337,23 @@ def test_a_rank_whose_best_slice_is_within_the_threshold_is_not_named():
     verdict = verdict_of(run)
     assert verdict.passed, verdict.lines()
     checks = straggler_checks(verdict)
-    assert "its best of 5 slices was 0.1 TFLOP/s, within the threshold" in checks[
+    assert "its best of 5 slices was 0.1 TFLOP/s, as fast as the reference" in checks[
         "straggler.probe_matmul_tflops"].message
-    assert "its best of 5 slices was 170 ms, within the threshold" in checks["straggler.compute_ms_per_step"].message
+    assert "its best of 5 slices was 170 ms, as fast as the reference" in checks[
+        "straggler.compute_ms_per_step"].message
+
+
+def test_a_slowed_node_with_one_lucky_slice_is_still_named():
+    """bench/false_fails.py, slowed run 8 of 10: kwok-cpu-1 at half its time measured 0.0477 against a reference
+    of 0.112 TFLOP/s; one slice reached 0.0933, above the threshold (0.0784) but below the reference."""
+    run = Run(log_of(records(2, "nanogpt", gpus_per_node=1,
+                             r0=cpu_rank((0.12, 0.11, 0.125), (29.0, 28.0, 31.0)),
+                             r1=cpu_rank((0.0477, 0.04, 0.0933), (54.66, 36.74, 70.0)))), "nanogpt", 2)
+    verdict = verdict_of(run)
+    assert verdict.slow_ranks == {1}, verdict.lines()
+    probe = straggler_checks(verdict)["straggler.probe_matmul_tflops"]
+    assert probe.status is Status.FAIL and "even its best of 5 slices, 0.0933, is slower than the reference" in \
+        probe.message, probe.message
 
 
 def test_a_node_slow_beyond_its_spread_on_both_signals_is_named_alone():
@@ -353,7 +367,8 @@ def test_a_node_slow_beyond_its_spread_on_both_signals_is_named_alone():
     assert probe.status is Status.FAIL and probe.message.startswith(
         "straggler: node node-1 (rank 1, pod nanogpt-worker-1): probe_matmul_tflops 0.05 TFLOP/s vs reference "), \
         probe.message
-    assert "even the best of 5 slices 0.055; compute_ms_per_step 350 ms (threshold 307.1) agrees)" in probe.message
+    assert "even its best of 5 slices, 0.055, is slower than the reference; compute_ms_per_step 350 ms (threshold " \
+           "307.1) agrees)" in probe.message
     assert "node-0" not in probe.message.split("[")[0]
 
 
