@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -188,6 +189,8 @@ def main() -> None:
     parser.add_argument("--slow-fraction", type=float, default=0.5)
     parser.add_argument("--keep-cluster", action="store_true")
     args = parser.parse_args()
+    # A SIGTERM ends the bench as Ctrl-C does, so the load's processes stop and the cluster comes down.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parts = set(args.part.split(","))
     if not parts <= {"healthy", "slowed"} or args.runs < 1:
         parser.error(f"--part {args.part!r}: expected healthy, slowed or both; --runs {args.runs}: at least 1")
