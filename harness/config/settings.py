@@ -214,6 +214,12 @@ class Config:
                                 "judged on upstream's RDMA-read types); false judges nothing about EFA. Either "
                                 "way jobs request the EFA devices the nodes advertise (EFA_PER_NODE=0: none)",
                                 parse_bool, "true or false", flags=("efaEnabled",), is_bool_flag=True, default=False)
+    judge_bandwidth: bool = setting("under upstream's test names (TestMPIJobPytorchTraining/multi-node), let the "
+                                    "bus bandwidth checks (busbw.table, busbw.floor) decide the verdict; upstream "
+                                    "judges none, so by default they are recorded as informational. Our tests "
+                                    "(TestNCCLTests, TestNCCLAllReduce) always judge them",
+                                    parse_bool, "true or false", env="JUDGE_BANDWIDTH", flags=("judgeBandwidth",),
+                                    is_bool_flag=True, default=False)
     accelerator: str = setting("nvidia (NCCL, GPU requests) or cpu (gloo, no GPU requests)",
                                choice("nvidia", "cpu"), "nvidia or cpu", env="ACCELERATOR", default="nvidia")
     training_image: str = setting("image of the training workloads (every training test; TestBertTraining's "

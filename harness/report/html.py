@@ -189,7 +189,7 @@ def failure_box(test: TestResult) -> str:
     return "".join(parts)
 
 
-CHECK_ICONS = {"pass": "✓", "fail": "✗", "not-applicable": "\u2013"}  # en dash
+CHECK_ICONS = {"pass": "✓", "fail": "✗", "not-applicable": "\u2013", "informational": "i"}  # en dash
 
 
 def check_item(check: Check) -> str:
@@ -209,7 +209,7 @@ def check_item(check: Check) -> str:
 def checks_section(checks: Sequence[Check]) -> str:
     if not checks:
         return ""
-    counts = {s: sum(c.status == s for c in checks) for s in ("pass", "fail", "not-applicable")}
+    counts = {s: sum(c.status == s for c in checks) for s in ("pass", "fail", "not-applicable", "informational")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     return f'<h3>Checks <small>({esc(summary)})</small></h3><ul class="checks">' + \
         "".join(check_item(c) for c in checks) + "</ul>"

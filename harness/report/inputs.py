@@ -26,7 +26,7 @@ class NoArtifacts(ValueError):
 @dataclass
 class Check:
     name: str
-    status: str  # pass | fail | not-applicable
+    status: str  # pass | fail | not-applicable | informational
     message: str = ""
     measured: float | None = None
     expected: float | None = None

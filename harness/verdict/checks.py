@@ -1,8 +1,10 @@
-"""A verdict as a list of named checks, each pass / fail / not-applicable with its message.
+"""A verdict as a list of named checks, each pass / fail / not-applicable / informational with its message.
 
 A test fails when any check fails; its failure message is the first failing check's. Every check
 is recorded (JUnit `check.<name>` = `status: message`, `checks.ran`, result.json `checks`), so a
-reader sees what was judged, what passed and what did not apply and why.
+reader sees what was judged, what passed and what did not apply and why. An informational check was
+judged but does not decide the verdict (our extra checks under upstream's test names, where upstream
+judges nothing of the kind): its message says what it found and what would make it decide.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Status(str, Enum):
     PASS = "pass"
     FAIL = "fail"
     NOT_APPLICABLE = "not-applicable"
+    INFORMATIONAL = "informational"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,14 @@ class Check:
     @classmethod
     def not_applicable(cls, name: str, message: str) -> Check:
         return cls(name, Status.NOT_APPLICABLE, message)
+
+    def informational(self, why: str) -> Check:
+        """This check recorded without deciding the verdict: its message keeps what it found (`would
+        fail: ...`) after `why` (what would make it decide)."""
+        found = {Status.PASS: "passes", Status.FAIL: "would fail",
+                 Status.NOT_APPLICABLE: "not applicable"}.get(self.status, str(self.status.value))
+        return replace(self, status=Status.INFORMATIONAL, threshold=False,
+                       message=f"{why}; it {found}: {self.message}")
 
     def on_emulated(self, what: str) -> Check:
         """This check marked as judged on emulated data (`what` says which): execution EMULATED, and
@@ -104,6 +115,8 @@ class Verdict:
         if by_status[Status.NOT_APPLICABLE]:
             not_applicable = by_status[Status.NOT_APPLICABLE]
             parts.append("not applicable: " + ", ".join(f"{c.name} ({c.message})" for c in not_applicable))
+        if by_status[Status.INFORMATIONAL]:
+            parts.append("informational: " + ", ".join(c.name for c in by_status[Status.INFORMATIONAL]))
         if by_status[Status.FAIL]:
             parts.append("failed: " + ", ".join(c.name for c in by_status[Status.FAIL]))
         return "; ".join(parts)

@@ -44,6 +44,13 @@ class NcclSweep:
     buffsize: int
     # When EFA is in use: must NCCL show GPUDirect RDMA over Libfabric?
     requires_gdrdma: bool
+    # upstream's test (TestMPIJobPytorchTraining): the bandwidth checks decide only with JUDGE_BANDWIDTH.
+    upstream: bool = False
+
+
+# Why the bandwidth checks of upstream's test do not decide its verdict unless asked (docs/DROP-IN.md).
+UPSTREAM_JUDGES_NO_BANDWIDTH = ("upstream's TestMPIJobPytorchTraining judges no bandwidth "
+                                "(JUDGE_BANDWIDTH=true or --judgeBandwidth makes this decide)")
 
 
 def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
@@ -61,6 +68,8 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
 
     def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
         verdict = judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw)
+        if sweep.upstream and not t.cfg.judge_bandwidth:
+            verdict.checks = [c.informational(UPSTREAM_JUDGES_NO_BANDWIDTH) for c in verdict.checks]
         # upstream's: judged only with --efaEnabled=true (its default false checks nothing about EFA)
         if t.cfg.efa_enabled and sweep.requires_gdrdma:
             verdict.add(check_gdrdma(t, job.capture_logs()))
@@ -98,7 +107,7 @@ def multi_node(operation: str) -> TestFunc:
         max_bytes, buffsize = upstream_sweep(operation, t.topology.node_type)
         job_name = f"multi-node-{operation}".replace("_", "-")
         run_nccl_tests(t, NcclSweep(operation, job_name, None, max_bytes, buffsize,
-                                    t.topology.node_type in UPSTREAM_RDMA_READ_TYPES))
+                                    t.topology.node_type in UPSTREAM_RDMA_READ_TYPES, upstream=True))
 
     return run
 
