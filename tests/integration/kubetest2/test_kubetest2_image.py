@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from harness.cluster.labels import MANAGED_BY_LABEL
-from harness.cluster.manifests import rbac_objects
-
 from ..conftest import LocalCluster, exec_in, image_on_real_nodes, real_node_names, wait_for
+from ..kubetest2_runs import apply_rbac, remove_cluster_rbac
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 
@@ -32,17 +30,8 @@ SCRIPT = (Path(__file__).parent / "kubetest2-job-as-service-account.sh").read_te
 def test_the_kubetest2_image_runs_the_suite_as_a_job_with_the_rbac_service_account(real_nodes: LocalCluster,
                                                                                    namespace: str):
     kubetest2_image = image_on_real_nodes("kubetest2")
-    labels = {MANAGED_BY_LABEL: "kubetest2-training"}
-    objects = rbac_objects(namespace, labels)
-    rbac = client.RbacAuthorizationV1Api(real_nodes.api)
-    for obj in objects:
-        kind = obj["kind"]
-        if kind == "ServiceAccount":
-            real_nodes.core.create_namespaced_service_account(namespace, obj)
-        elif kind == "ClusterRole":
-            rbac.create_cluster_role(obj)
-        else:
-            rbac.create_cluster_role_binding(obj)
+    # manifests/rbac.yaml alone (run-only: its ClusterRole, binding and admission policy), as shipped.
+    kube, objects = apply_rbac(real_nodes, namespace, addons=False)
     env = {"ACCELERATOR": "cpu", "WORKLOAD_SIZE": "tiny", "IMAGE_PULL_POLICY": "IfNotPresent",
            # The trainings share the machine's two cores with this Job and each other: a node's probe
            # is slower by that, not a straggler.
@@ -75,8 +64,4 @@ def test_the_kubetest2_image_runs_the_suite_as_a_job_with_the_rbac_service_accou
         assert pod.spec.node_name in real_node_names(real_nodes)
         assert pod.status.container_statuses[0].container_id.startswith("containerd://")
     finally:
-        for obj in objects:
-            if obj["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(obj["metadata"]["name"])
-            elif obj["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(obj["metadata"]["name"])
+        remove_cluster_rbac(kube, objects)
