@@ -114,8 +114,9 @@ def test_straggler_fails_naming_rank_pod_node_canned_logs(default_nodes: LocalCl
     (failure,) = junit_cases(artifacts, "e2e-nvidia-training")["TestBertTraining"].result
     assert failure.message.startswith("straggler: node kwok-gpu-")  # the node pod 1 (ranks 8-15) was scheduled on
     assert " (rank 13, pod bert-training-1-" in failure.message
+    # upstream's BERT lines carry one throughput per rank and no probe: judged on that figure alone, saying so.
     assert failure.message.endswith("throughput 4.1 samples/s vs reference 9.935 (threshold 6.954: upper quartile "
-                                    "x STRAGGLER_FRACTION 0.7)")
+                                    "x STRAGGLER_FRACTION 0.7; one figure per rank: its spread is unknown)")
     facts = check_run_page(browser, artifacts, screenshots / "run-straggler-canned.png")
     (section,) = facts["sections"]
     throughput = next(c for c in section["charts"] if c["id"].endswith("-throughput"))
