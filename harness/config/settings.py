@@ -236,7 +236,8 @@ class Config:
     pytorch_image: str = setting("image of TestMPIJobPytorchTraining/single-node (upstream's MNIST example)",
                                  parse_image, "an image reference", env="PYTORCH_IMAGE", flags=("pytorchImage",),
                                  default=UPSTREAM_PYTORCH_IMAGE)
-    nccl_tests_image: str = setting("image with nccl-tests, OpenMPI and upstream's gpu_unit_tests",
+    nccl_tests_image: str = setting("image with nccl-tests and OpenMPI; the unit-test also needs upstream's "
+                                    "gpu_unit_tests in it (the default image has none)",
                                     parse_image_or_empty, "an image reference", env="NCCL_TESTS_IMAGE",
                                     flags=("nvidiaTestImage",), default=NCCL_TESTS_IMAGE)
     skip_unit_test_subcommand: str | None = setting("passed to upstream's gpu_unit_tests as SKIP_TESTS_SUBCOMMAND "

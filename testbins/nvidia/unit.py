@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from harness.config.settings import Config, Source
-from harness.errors import TestFailure
+from harness.errors import JobFailed, TestFailure
 from harness.framework.context import TestContext
 from harness.jobs.images import image
 from harness.jobs.job import Job, launch
@@ -15,6 +15,16 @@ from testbins.nvidia.common import first_match, require_gpus
 
 # bash_unit's TAP lines (upstream's gpu_unit_tests run with `-f tap`): `ok - test_x`, `not ok - test_y`.
 TAP_LINE = re.compile(r"^(?P<verdict>ok|not ok) - (?P<test>\S+)(?P<skip>.*# skip)?")
+
+
+# upstream's unit-test runs `./gpu_unit_tests/unit_test` in its image's working directory (/app in
+# aws-k8s-tester's test/images/nvidia). The project's nccl-tests image has no gpu_unit_tests, and a user
+# may point --nvidiaTestImage at any nccl-tests image: the pod checks first and says so in a line the
+# verdict reads, instead of bash's `No such file or directory` (exit 127) under a generic failure.
+UNIT_TEST_SCRIPT = "./gpu_unit_tests/unit_test"
+NO_UNIT_TEST = "kt2t-unit-test: no gpu_unit_tests in this image:"
+UNIT_TEST_COMMAND = (f'if [ ! -f {UNIT_TEST_SCRIPT} ]; then echo "{NO_UNIT_TEST} $(pwd)/{UNIT_TEST_SCRIPT[2:]} '
+                     f'does not exist"; exit 3; fi; exec bash {UNIT_TEST_SCRIPT}')
 
 
 # upstream's wait for the unit-test Job (#766: nvbandwidth alone takes about 39 minutes on p3.16xlarge).
@@ -33,15 +43,22 @@ def unit_test(t: TestContext) -> None:
     require_gpus(t)
     env = {"SKIP_TESTS_SUBCOMMAND": t.cfg.skip_unit_test_subcommand or "", "DEMO_SUITE_DIR": "/usr/bin",
            "EC2_INSTANCE_TYPE": t.topology.node_type}
-    job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("./gpu_unit_tests/unit_test",),
-                             image=image(t, "nccl_tests_image"), launcher="per-node", nodes=1, extra_env=env,
+    unit_image = image(t, "nccl_tests_image")
+    job = launch(t, Workload("unit-test-job", binary="/bin/bash", args=("-c", UNIT_TEST_COMMAND),
+                             image=unit_image, launcher="per-node", nodes=1, extra_env=env,
                              timeout=unit_test_wait(t.cfg)))
-    t.assessment("Unit test Job succeeds", lambda: unit_tests_passed(t, job))
+    t.assessment("Unit test Job succeeds", lambda: unit_tests_passed(t, job, unit_image))
 
 
-def unit_tests_passed(t: TestContext, job: Job) -> None:
-    """The unit-test Job succeeds and every TAP line it printed says ok (or skip), each recorded."""
-    job.wait_succeeded()
+def unit_tests_passed(t: TestContext, job: Job, unit_image: str) -> None:
+    """The unit-test Job succeeds and every TAP line it printed says ok (or skip), each recorded; an
+    image without gpu_unit_tests fails at once, naming the setting and what the image must hold."""
+    try:
+        job.wait_succeeded()
+    except JobFailed as exc:
+        if NO_UNIT_TEST not in str(exc):
+            raise
+        raise TestFailure(missing_unit_tests(unit_image, str(exc))) from None
     verdicts = [(m["test"], "skip" if m["skip"] else m["verdict"]) for entry in job.capture_logs()
                 if not entry.previous and entry.path.exists() for m in map(TAP_LINE.match, read_lines(entry.path)) if m]
     for name, verdict in verdicts:
@@ -51,6 +68,16 @@ def unit_tests_passed(t: TestContext, job: Job) -> None:
         raise TestFailure("unit-test: no TAP result line (`ok - test_...`) in the log: did gpu_unit_tests run?")
     if failed:
         raise TestFailure(f"unit-test: {len(failed)} of {len(verdicts)} GPU unit tests failed: {', '.join(failed)}")
+
+
+def missing_unit_tests(unit_image: str, failure: str) -> str:
+    """Why the unit test could not run in `unit_image`, and which image it needs."""
+    said = next((line.strip() for line in failure.splitlines() if NO_UNIT_TEST in line), NO_UNIT_TEST)
+    return (f"unit-test: the image {unit_image} (--nvidiaTestImage / NCCL_TESTS_IMAGE) cannot run upstream's unit "
+            f"test: {said.split(NO_UNIT_TEST, 1)[1].strip()}. It needs upstream's gpu_unit_tests "
+            f"({UNIT_TEST_SCRIPT} in its working directory: bash_unit with deviceQuery, vectorAdd, nvbandwidth and "
+            "DCGM), as aws-k8s-tester's test/images/nvidia image has; the project's nccl-tests image holds "
+            "nccl-tests and OpenMPI only")
 
 
 HPC_BENCHMARKS_IMAGE = "nvcr.io/nvidia/hpc-benchmarks:25.04"

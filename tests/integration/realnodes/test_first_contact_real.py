@@ -33,7 +33,7 @@ from harness.jobs.workload import Placement, Workload
 from testbins.nvidia.capabilities import APT_CAPABILITIES
 
 from ..conftest import LocalCluster, exec_in, image_on_real_nodes, real_node_names, wait_for
-from ..kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases
+from ..kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases, suite_properties
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_nodes]
 
@@ -212,3 +212,37 @@ def test_gpu_tainted_real_nodes_still_get_the_daemonset_launchers_pods(real_node
     finally:
         for node in nodes:
             real_nodes.taint(node, "nvidia.com/gpu-")
+
+
+@pytest.mark.images
+def test_unit_test_in_an_image_without_gpu_unit_tests_fails_at_once_naming_the_image(real, tmp_path: Path):
+    """Issue 43 items 4 and 5: upstream's unit-test given an image without gpu_unit_tests (here the
+    workloads image, as the project's nccl-tests image) fails at once naming --nvidiaTestImage and
+    what the image must hold, from the pod's own check on a real kubelet; and nodes that already
+    advertise nvidia.com/gpu (patched status, as a plugin under any name would) get no second plugin."""
+    cluster, nodes, image = real
+    artifacts = tmp_path / "artifacts"
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ARTIFACTS": str(artifacts)}
+    env.pop("POD_ANNOTATIONS", None)
+    try:
+        for node in nodes:
+            advertise_gpus(cluster, node, 1)
+        wait_for(lambda: all(cluster.core.read_node(n).status.allocatable.get("nvidia.com/gpu") == "1" for n in nodes),
+                 30, "the real nodes advertising nvidia.com/gpu")
+        started = time.monotonic()
+        done = subprocess.run([str(BIN / "e2e-nvidia"), "--test.v", f"--nodeType={REAL_NODE_TYPE}",
+                               "--test.run=^TestSingleNodeUnitTest$/^unit-test$", f"--nvidiaTestImage={image}"],
+                              env=env, capture_output=True, text=True, timeout=900, check=False)
+        seconds = time.monotonic() - started
+    finally:
+        for node in nodes:
+            advertise_gpus(cluster, node, None)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "created DaemonSet" not in done.stderr, done.stderr[-4000:]
+    assert suite_properties(artifacts, "e2e-nvidia")["addon.nvidia-device-plugin"] == (
+        f"present before the run as nodes {', '.join(nodes)} advertising nvidia.com/gpu already: not installed, "
+        "not removed")
+    message = next(iter(junit_cases(artifacts, "e2e-nvidia")["TestSingleNodeUnitTest/unit-test"].result)).message
+    assert f"the image {image} (--nvidiaTestImage / NCCL_TESTS_IMAGE) cannot run upstream's unit test" in message
+    assert "gpu_unit_tests/unit_test does not exist" in message and "upstream's gpu_unit_tests" in message, message
+    assert seconds < FAST_SECONDS, f"took {seconds:.0f}s: {message}"
