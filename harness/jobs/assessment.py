@@ -15,11 +15,20 @@ from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.report.results import MetricsMeta
 from harness.verdict import baseline
 from harness.verdict.bandwidth import BaselineKey
+from harness.verdict.baseline import BASELINE_NODES
 from harness.verdict.capacity import mark_emulated
 from harness.verdict.checks import Check, Verdict
-from harness.verdict.nccl_net import check_nccl_net, scan_nccl_net
-from harness.verdict.nodes import check_multi_node, check_nodes
-from harness.verdict.training import WORKLOADS, Expectation, check_parse, judge_training, workload_size
+from harness.verdict.nccl_net import EFA_NCCL_NET, check_nccl_net, scan_nccl_net
+from harness.verdict.nodes import MULTI_NODE, NODES, check_multi_node, check_nodes
+from harness.verdict.training import (
+    PARSE,
+    TRAINING_KINDS,
+    WORKLOADS,
+    Expectation,
+    check_parse,
+    judge_training,
+    workload_size,
+)
 
 # Not reported in the one-line summary: identities, not measurements.
 UNSUMMARIZED = ("rank", "world_size", "local_rank", "restart_count", "params_checksum", "steps_requested",
@@ -124,6 +133,12 @@ def check_efa_path(t: TestContext, job: Job) -> Check | None:
     # pod_env's NCCL_DEBUG: INFO (set for this check) unless the user set another level
     return check_nccl_net(scan_nccl_net(logs, node_of_host), why, job.placement.pod_env.get("NCCL_DEBUG"),
                           job.placement.node_names)
+
+
+# What `assess` judges with a workload (the nodes first, the EFA path and the baseline when they
+# apply), and without one: the kinds the tests that call it declare (docs/TESTS.md).
+ASSESSED_TRAINING = (NODES, MULTI_NODE, *TRAINING_KINDS, BASELINE_NODES, EFA_NCCL_NET)
+ASSESSED_PARSE = (PARSE,)
 
 
 def assess(t: TestContext, job: Job, workload: str | None = None,

@@ -21,7 +21,7 @@ from harness.config.values import format_bytes
 from harness.metrics.log_lines import SweepRow
 from harness.metrics.records import Sweep, WorkloadMetrics
 from harness.verdict.baseline import BASELINE_SOURCE, Baseline
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import Check, Verdict, declare
 from harness.verdict.thresholds import (
     BUSBW_TOLERANCE,
     MULTI_NODE,
@@ -35,6 +35,20 @@ from harness.verdict.thresholds import (
     node_type as node_type_row,
 )
 from harness.verdict.training import workload_size
+
+BUSBW_TABLE = declare(
+    "busbw.table",
+    "the logs hold no nccl-tests table rows, a row has `#wrong` values, or values are out of bounds",
+)
+BUSBW_FLOOR = declare(
+    "busbw.floor",
+    "the bus bandwidth of the sweep's largest message (out-of-place and in-place) is below 0.9 x the floor for the "
+    "node type, topology (single-node, multi-node, node count) and collective, or the sweep stops short of the size "
+    "the floor was measured at; not applicable where the node type has no floor (`none until measured`)",
+    "`NCCL_TESTS_MIN_BW`, else (workloads.allreduce only) `BASELINE` x `BASELINE_TOLERANCE` at the same size, else "
+    "the table (Bus bandwidth floors, docs/TESTS.md)",
+    settings=("NCCL_TESTS_MIN_BW", "BASELINE", "BASELINE_TOLERANCE", "NODE_TYPE"),
+)
 
 # nccl-tests binaries (and our workloads.allreduce) -> the collective the table's floors are keyed by.
 COLLECTIVES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "alltoall_perf": "alltoall",
@@ -67,16 +81,16 @@ def sweep_max_bytes(node_type: str | None, nodes: int, operation: str) -> str | 
 def check_table(sweep: Sweep | None) -> Check:
     """Rows were printed, every `#wrong` is 0 and no value was out of bounds (wrong results)."""
     if sweep is None or not sweep.rows:
-        return Check.failed("busbw.table", "bandwidth: no nccl-tests table rows in the logs (expected "
+        return BUSBW_TABLE.failed("bandwidth: no nccl-tests table rows in the logs (expected "
                                            "'size count type redop root time algbw busbw #wrong ...' lines)")
     wrong = [f"size {format_bytes(row.size)}: {half.wrong} wrong {label}"
              for row in sweep.rows for label, half in (("out-of-place", row.out_of_place), ("in-place", row.in_place))
              if half is not None and half.wrong]
     if wrong:
-        return Check.failed("busbw.table", "bandwidth: wrong results: " + "; ".join(wrong[:4]))
+        return BUSBW_TABLE.failed("bandwidth: wrong results: " + "; ".join(wrong[:4]))
     if sweep.out_of_bounds:
-        return Check.failed("busbw.table", f"bandwidth: {sweep.out_of_bounds} out-of-bounds values (wrong results)")
-    return Check.passed("busbw.table", f"{len(sweep.rows)} sizes up to {format_bytes(sweep.max_size or 0)}, "
+        return BUSBW_TABLE.failed(f"bandwidth: {sweep.out_of_bounds} out-of-bounds values (wrong results)")
+    return BUSBW_TABLE.passed(f"{len(sweep.rows)} sizes up to {format_bytes(sweep.max_size or 0)}, "
                                        "no wrong values")
 
 
@@ -121,8 +135,8 @@ def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
     """The largest size's row against the floor (module docstring)."""
     floor, reason = _floor_for(operation, sweep, node_type, nodes, override, baseline)
     if floor is None:
-        return (Check.failed("busbw.floor", reason) if reason.startswith("bandwidth:")
-                else Check.not_applicable("busbw.floor", reason)), None
+        return (BUSBW_FLOOR.failed(reason) if reason.startswith("bandwidth:")
+                else BUSBW_FLOOR.not_applicable(reason)), None
     row = max(sweep.rows, key=lambda r: r.size)
     from_baseline = baseline is not None and floor.source.startswith(BASELINE_SOURCE)
     tolerance = baseline.baseline.tolerance if baseline is not None and from_baseline else BUSBW_TOLERANCE
@@ -142,9 +156,9 @@ def check_floor(operation: str, sweep: Sweep, node_type: str | None, nodes: int,
     message = (f"bus bandwidth at {format_bytes(row.size)} (the sweep's largest message): {measured}, expected "
                f">= {expected:.2f} GB/s (margin {lowest / expected:.2f}x; {origin})")
     if lowest < expected:
-        return Check.failed("busbw.floor", f"threshold: {message}", measured=lowest, expected=expected,
+        return BUSBW_FLOOR.failed(f"threshold: {message}", measured=lowest, expected=expected,
                             unit="GB/s", threshold=True), floor
-    return Check.passed("busbw.floor", message, measured=lowest, expected=expected, unit="GB/s"), floor
+    return BUSBW_FLOOR.passed(message, measured=lowest, expected=expected, unit="GB/s"), floor
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,10 @@ class BaselineKey:
         """The entry `metrics`' sweep compares with in `judged_by` (its workload at the size every rank
         reported); None without a baseline."""
         return cls(judged_by, metrics.workload, workload_size(metrics)) if judged_by is not None else None
+
+
+# What judge_busbw judges, in its order.
+BUSBW_KINDS = (BUSBW_TABLE, BUSBW_FLOOR)
 
 
 def judge_busbw(operation: str, sweep: Sweep | None, node_type: str | None, nodes: int,

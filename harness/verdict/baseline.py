@@ -28,9 +28,18 @@ from typing import Any
 from harness.config.values import format_bytes
 from harness.errors import ConfigError
 from harness.metrics.records import RankMetrics, WorkloadMetrics
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import Check, Verdict, declare
 from harness.verdict.stragglers import COMPUTE_TIME_KEY, compared_probe, fmt
 from harness.verdict.thresholds import Floor, ThroughputFloor
+
+BASELINE_NODES = declare(
+    "baseline.nodes",
+    "with `BASELINE`: a node's compute time or probe figure is worse than its own baseline x `BASELINE_TOLERANCE`, "
+    "beyond the other nodes (named, with the margin); not applicable without a baseline",
+    "`BASELINE` x `BASELINE_TOLERANCE`",
+    settings=("BASELINE", "BASELINE_TOLERANCE"),
+    only_when="`BASELINE` is set",
+)
 
 KIND, VERSION = "kt2t-baseline", 1
 REQUIRED = {"node_type": str, "workload": str, "throughput_key": str}

@@ -15,8 +15,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.config.topology import EFA_RESOURCE, GPU_RESOURCE, NODES_DESCRIBED, NodeInfo, Topology
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import Check, Verdict, declare
 from harness.verdict.thresholds import node_type
+
+CAPACITY_GPUS = declare(
+    "capacity.gpus",
+    "a node advertises fewer allocatable `nvidia.com/gpu` than its type should have (each short node named, and how "
+    "many are not allocatable)",
+    "`GPUS_PER_NODE`, else the table (Capacity, docs/TESTS.md), else the most any node of the type advertises; never "
+    "the minimum",
+    settings=("GPUS_PER_NODE", "NODE_TYPE"),
+)
+CAPACITY_EFA = declare(
+    "capacity.efa",
+    "with EFA in use: a node advertises fewer allocatable `vpc.amazonaws.com/efa` than its type should have (not "
+    "applicable without EFA)",
+    "`EFA_PER_NODE`, else the table (Capacity, docs/TESTS.md), else the most any node of the type advertises",
+    settings=("EFA_PER_NODE", "NODE_TYPE"),
+)
+CAPACITY_GPUS_SEEN = declare(
+    "capacity.gpus_seen",
+    "a pod on a node lists (`nvidia-smi -L`) another number of GPUs than its node should have: fewer or more",
+    "as `capacity.gpus`",
+    settings=("GPUS_PER_NODE", "NODE_TYPE"),
+)
 
 
 @dataclass(frozen=True)
@@ -48,14 +70,14 @@ def _unusable(node: NodeInfo, resource: str) -> str:
 
 def check_advertised(nodes: Iterable[NodeInfo], resource: str, expected: Expected) -> Check:
     """Every node advertises at least the expected count of `resource`; the short ones are named."""
-    name = "capacity.gpus" if resource == GPU_RESOURCE else "capacity.efa"
+    kind = CAPACITY_GPUS if resource == GPU_RESOURCE else CAPACITY_EFA
     nodes = list(nodes)
     short = [f"node {n.name} has {n.describe(resource)}" + _unusable(n, resource)
              for n in nodes if n.allocatable_of(resource) < expected.count]
     if short:
-        return Check.failed(name, f"capacity: {'; '.join(short)}, expected {expected.count} per node "
+        return kind.failed(f"capacity: {'; '.join(short)}, expected {expected.count} per node "
                                   f"({expected.source})", expected=expected.count)
-    return Check.passed(name, f"all {len(nodes)} nodes have >= {expected.count} allocatable {resource} "
+    return kind.passed(f"all {len(nodes)} nodes have >= {expected.count} allocatable {resource} "
                               f"({expected.source})", expected=expected.count)
 
 
@@ -69,7 +91,7 @@ def judge_advertised(topology: Topology) -> Verdict:
         efa = Expected(topology.efa_per_node, str(origins.get("efa_per_node", "")), False)
         verdict.add(check_advertised(topology.nodes, EFA_RESOURCE, efa))
     else:
-        verdict.add(Check.not_applicable("capacity.efa", f"EFA not in use ({origins.get('efa_per_node', 'none')})"))
+        verdict.add(CAPACITY_EFA.not_applicable(f"EFA not in use ({origins.get('efa_per_node', 'none')})"))
     return verdict
 
 
@@ -96,5 +118,5 @@ def check_gpus_seen(seen: Iterable[tuple[str, str, int]], expected: int) -> Chec
     seen = list(seen)
     problems = [f"pod {pod} on node {node} sees {count} GPUs" for pod, node, count in seen if count != expected]
     if problems:
-        return Check.failed("capacity.gpus_seen", f"capacity: {'; '.join(problems)}, expected {expected}")
-    return Check.passed("capacity.gpus_seen", f"a pod on each of {len(seen)} nodes sees {expected} GPUs")
+        return CAPACITY_GPUS_SEEN.failed(f"capacity: {'; '.join(problems)}, expected {expected}")
+    return CAPACITY_GPUS_SEEN.passed(f"a pod on each of {len(seen)} nodes sees {expected} GPUs")

@@ -5,10 +5,16 @@ is recorded (JUnit `check.<name>` = `status: message`, `checks.ran`, result.json
 reader sees what was judged, what passed and what did not apply and why. An informational check was
 judged but does not decide the verdict (our extra checks under upstream's test names, where upstream
 judges nothing of the kind): its message says what it found and what would make it decide.
+
+Every check is of a kind declared once, beside the code that judges it (`declare`): its name, when
+it fails, where its threshold comes from and the settings that change it. docs/TESTS.md and
+docs/VERDICTS.md are generated from those declarations (testbins/catalogue.py), and a check of a kind
+not declared cannot be made (Check raises), so no check can be missing from the pages.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -19,6 +25,91 @@ from harness.errors import TestFailure, ThresholdMissed
 # Check.execution of a check judged on data the local cluster wrote rather than measured (emulated
 # node capacity), as a pod's execution says `canned` for a served log.
 EMULATED = "emulated"
+
+
+# The `<...>` end of a declared name stands for what each check of the kind is about:
+# `straggler.<key>` makes straggler.probe_matmul_tflops, `driver_liveness.<node>` one check per node.
+NAME_PART = re.compile(r"\.<[a-z_]+>$")
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    """A check as declared where it is judged: what the catalogue and the verdict page say of it."""
+
+    name: str
+    fails_when: str
+    # Where the threshold comes from ("-": none, the check is a fact about the run).
+    threshold_from: str = "-"
+    # The settings (env names, or --flags for flag-only settings) that change what it judges.
+    settings: tuple[str, ...] = ()
+    # When a test that declares it makes it only in some runs: in which ("" : in every run).
+    only_when: str = ""
+
+    @property
+    def stem(self) -> str:
+        """The name without its `.<part>`: `straggler` for `straggler.<key>`, the name itself otherwise."""
+        return NAME_PART.sub("", self.name)
+
+    @property
+    def has_part(self) -> bool:
+        return self.stem != self.name
+
+    def matches(self, check_name: str) -> bool:
+        """Whether a check of this name is of this kind (`straggler.probe` is `straggler.<key>`; a
+        kind with a part also makes its bare stem, for the whole: `driver_liveness` with no node)."""
+        if not self.has_part:
+            return check_name == self.name
+        return check_name == self.stem or (check_name.startswith(self.stem + ".")
+                                           and len(check_name) > len(self.stem) + 1)
+
+    def named(self, part: str = "") -> str:
+        """The name of one check of this kind: `part` fills `<...>`; none, the bare stem (the whole)."""
+        if part and not self.has_part:
+            raise ValueError(f"check {self.name} has no <part> to fill with {part!r}")
+        return f"{self.stem}.{part}" if part else self.stem
+
+    def passed(self, message: str, *, part: str = "", **figures: Any) -> Check:
+        return Check(self.named(part), Status.PASS, message, **figures)
+
+    def failed(self, message: str, *, part: str = "", **figures: Any) -> Check:
+        return Check(self.named(part), Status.FAIL, message, **figures)
+
+    def not_applicable(self, message: str, *, part: str = "") -> Check:
+        return Check(self.named(part), Status.NOT_APPLICABLE, message)
+
+
+# Every declared kind by name, in declaration order (the verdict page's order).
+KINDS: dict[str, CheckKind] = {}
+
+
+def declare(name: str, fails_when: str, threshold_from: str = "-", settings: tuple[str, ...] = (),
+            only_when: str = "") -> CheckKind:
+    """Declare a kind of check, once, in the module that judges it."""
+    if name in KINDS:
+        raise ValueError(f"check {name} is declared twice")
+    KINDS[name] = kind = CheckKind(name, " ".join(fails_when.split()), " ".join(threshold_from.split()), settings,
+                                   " ".join(only_when.split()))
+    return kind
+
+
+def kind_of(check_name: str) -> CheckKind | None:
+    """The declared kind a check of this name is of, or None."""
+    if check_name in KINDS:
+        return KINDS[check_name]
+    return next((kind for kind in KINDS.values() if kind.has_part and kind.matches(check_name)), None)
+
+
+class UndeclaredCheck(ValueError):
+    """A check judged under a name no `declare` gave: the docs would not list it."""
+
+
+def require_declared(check: Check) -> Check:
+    """The check, when it is of a declared kind. Checked where a verdict takes it (Verdict), not in
+    Check itself: a report reads back checks of other versions' records, whatever their names."""
+    if kind_of(check.name) is None:
+        raise UndeclaredCheck(f"check {check.name!r} is of no declared kind (harness.verdict.checks.declare, "
+                              "beside the code that judges it): docs/TESTS.md and docs/VERDICTS.md would lack it")
+    return check
 
 
 class Status(str, Enum):
@@ -90,8 +181,12 @@ class Verdict:
     references: dict[str, dict[str, Any]] = field(default_factory=dict)
     slow_ranks: set[int] = field(default_factory=set)
 
+    def __post_init__(self) -> None:
+        for check in self.checks:
+            require_declared(check)
+
     def add(self, checks: Check | Iterable[Check]) -> None:
-        self.checks.extend([checks] if isinstance(checks, Check) else checks)
+        self.checks.extend(require_declared(c) for c in ([checks] if isinstance(checks, Check) else checks))
 
     def extend(self, other: Verdict) -> None:
         self.checks.extend(other.checks)

@@ -20,7 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import Verdict, declare
+
+DCGM = declare("dcgm.<node>", "a DCGM test failed on the node, none passed, or the per-GPU tests missed a GPU",
+               "DCGM's own verdicts", settings=("DCGM_DIAG_LEVEL",))
 
 REPORT_KEY = "DCGM GPU Diagnostic"
 # The line the test's script prints after dcgmi (its exit status): the pod itself exits 0 so that
@@ -131,16 +134,15 @@ def judge_dcgm(reports: Iterable[NodeReport], nodes: Iterable[str], gpus_per_nod
     for node in nodes:
         report = by_node.get(node) or NodeReport(node, (), None, problem="no log of its pod was captured")
         problem = node_problem(report, gpus_per_node)
-        name = f"dcgm.{report.node}"
         if problem:
-            checks.append(Check.failed(name, f"dcgm-diag level {level} on node {report.node}: {problem}"))
+            checks.append(DCGM.failed(f"dcgm-diag level {level} on node {report.node}: {problem}", part=report.node))
             continue
         counts = {s: len(report.with_status(s)) for s in (PASS, WARN, SKIP)}
         warned = report.with_status(WARN)
         note = f"; warnings: {'; '.join(_describe(r) for r in warned)}" if warned else ""
-        checks.append(Check.passed(name, f"dcgm-diag level {level} on node {report.node}: {counts[PASS]} passed, "
-                                         f"{counts[WARN]} warned, {counts[SKIP]} skipped (DCGM {report.version or '?'})"
-                                         + note))
+        checks.append(DCGM.passed(f"dcgm-diag level {level} on node {report.node}: {counts[PASS]} passed, "
+                                  f"{counts[WARN]} warned, {counts[SKIP]} skipped (DCGM {report.version or '?'})"
+                                  + note, part=report.node))
     if not checks:
-        checks.append(Check.failed("dcgm", "dcgm-diag: no node to judge"))
+        checks.append(DCGM.failed("dcgm-diag: no node to judge"))
     return Verdict(checks)

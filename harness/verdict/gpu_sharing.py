@@ -22,7 +22,29 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from harness.verdict.checks import Check
+from harness.verdict.checks import Check, declare
+
+GPU_SHARING_ADVERTISED = declare(
+    "gpu_sharing.advertised",
+    "a node does not advertise physical x `GPU_SHARING_REPLICAS` `nvidia.com/gpu` (named, with both counts)",
+    "`GPU_SHARING_REPLICAS`",
+    settings=("GPU_SHARING_REPLICAS",),
+)
+GPU_SHARING_OVERLAP = declare(
+    "gpu_sharing.overlap",
+    "the sharing pods were not all running at once, or no more of them than the node's GPUs",
+)
+GPU_SHARING_UUIDS = declare(
+    "gpu_sharing.uuids",
+    "a pod named no GPU, the pods name more GPUs than the node has, one more than `replicas` times, or none twice",
+    "`GPU_SHARING_REPLICAS`",
+    settings=("GPU_SHARING_REPLICAS",),
+)
+GPU_SHARING_COMPUTE_MODE = declare(
+    "gpu_sharing.compute_mode",
+    "(MPS) a GPU not in compute mode `Exclusive_Process`",
+    only_when="MPS shares the GPUs",
+)
 
 # One line of `nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader`: `GPU-<uuid>, <mode>`.
 REPORT_LINE = re.compile(r"^(?P<uuid>GPU-[0-9A-Fa-f-]+),\s*(?P<mode>[A-Za-z_]+)\s*$")
@@ -54,13 +76,13 @@ def check_advertised(allocatable: Mapping[str, int], physical: Mapping[str, int]
     wrong = {node: (allocatable.get(node, 0), count * replicas) for node, count in sorted(physical.items())
              if allocatable.get(node, 0) != count * replicas}
     if not physical:
-        return Check.failed("gpu_sharing.advertised", "no node with GPUs to share")
+        return GPU_SHARING_ADVERTISED.failed("no node with GPUs to share")
     if wrong:
         named = ", ".join(f"{node} advertises {got} nvidia.com/gpu, expected {want} ({physical[node]} GPUs x "
                           f"{replicas} replicas)" for node, (got, want) in wrong.items())
-        return Check.failed("gpu_sharing.advertised", f"the device plugin does not share the GPUs: {named}")
+        return GPU_SHARING_ADVERTISED.failed(f"the device plugin does not share the GPUs: {named}")
     total = sum(physical.values())
-    return Check.passed("gpu_sharing.advertised", f"{len(physical)} node(s) advertise {total} GPUs x {replicas} "
+    return GPU_SHARING_ADVERTISED.passed(f"{len(physical)} node(s) advertise {total} GPUs x {replicas} "
                                                   f"replicas = {total * replicas} nvidia.com/gpu",
                         measured=float(sum(allocatable[n] for n in physical)), expected=float(total * replicas))
 
@@ -82,19 +104,19 @@ def check_overlap(intervals: Mapping[str, tuple[float, float]], pods: int, physi
     missing = pods - len(intervals)
     peak = peak_overlap(intervals.values())
     if missing > 0:
-        return Check.failed("gpu_sharing.overlap", f"{missing} of {pods} pods have no run (start and end) to "
+        return GPU_SHARING_OVERLAP.failed(f"{missing} of {pods} pods have no run (start and end) to "
                                                    "compare: they did not run", measured=float(peak),
                             expected=float(pods))
     if peak <= physical:
-        return Check.failed("gpu_sharing.overlap", f"at most {peak} of the {pods} pods ran at the same time, no more "
+        return GPU_SHARING_OVERLAP.failed(f"at most {peak} of the {pods} pods ran at the same time, no more "
                                                    f"than the nodes' {physical} GPUs: no GPU was shown to be shared "
                                                    "(pods that take turns on a GPU also succeed without sharing)",
                             measured=float(peak), expected=float(pods))
     if peak < pods:
-        return Check.failed("gpu_sharing.overlap", f"at most {peak} of the {pods} pods ran at the same time; all "
+        return GPU_SHARING_OVERLAP.failed(f"at most {peak} of the {pods} pods ran at the same time; all "
                                                    f"{pods} must hold their shared GPU at once",
                             measured=float(peak), expected=float(pods))
-    return Check.passed("gpu_sharing.overlap", f"all {pods} pods ran at the same time on {physical} GPU(s)",
+    return GPU_SHARING_OVERLAP.passed(f"all {pods} pods ran at the same time on {physical} GPU(s)",
                         measured=float(peak), expected=float(pods))
 
 
@@ -103,19 +125,19 @@ def check_uuids(reports: Mapping[str, GpuReport | None], physical: int, replicas
     `replicas` times, at least one handed out twice or more."""
     silent = sorted(pod for pod, report in reports.items() if report is None)
     if silent:
-        return Check.failed("gpu_sharing.uuids", f"{len(silent)} pod(s) printed no `GPU-<uuid>, <compute mode>` "
+        return GPU_SHARING_UUIDS.failed(f"{len(silent)} pod(s) printed no `GPU-<uuid>, <compute mode>` "
                                                  f"line (nvidia-smi): {', '.join(silent[:5])}")
     uses = Counter(report.uuid for report in reports.values() if report is not None)
     if len(uses) > physical:
-        return Check.failed("gpu_sharing.uuids", f"the pods name {len(uses)} different GPUs, more than the nodes' "
+        return GPU_SHARING_UUIDS.failed(f"the pods name {len(uses)} different GPUs, more than the nodes' "
                                                  f"{physical}")
     over = {uuid: n for uuid, n in uses.items() if n > replicas}
     if over:
-        return Check.failed("gpu_sharing.uuids", "GPU(s) handed out more than the " f"{replicas} replicas: "
+        return GPU_SHARING_UUIDS.failed("GPU(s) handed out more than the " f"{replicas} replicas: "
                             + ", ".join(f"{uuid} to {n} pods" for uuid, n in sorted(over.items())))
     if max(uses.values(), default=0) < 2:
-        return Check.failed("gpu_sharing.uuids", f"every pod names a different GPU ({len(uses)}): none was shared")
-    return Check.passed("gpu_sharing.uuids", f"{len(reports)} pods on {len(uses)} GPU(s): "
+        return GPU_SHARING_UUIDS.failed(f"every pod names a different GPU ({len(uses)}): none was shared")
+    return GPU_SHARING_UUIDS.passed(f"{len(reports)} pods on {len(uses)} GPU(s): "
                         + ", ".join(f"{uuid} x{n}" for uuid, n in sorted(uses.items())))
 
 
@@ -124,10 +146,10 @@ def check_compute_mode(reports: Iterable[GpuReport], expected: str = EXCLUSIVE_P
     modes = Counter(report.compute_mode for report in reports)
     wrong = {mode: n for mode, n in modes.items() if mode != expected}
     if not modes:
-        return Check.failed("gpu_sharing.compute_mode", "no pod reported its GPU's compute mode")
+        return GPU_SHARING_COMPUTE_MODE.failed("no pod reported its GPU's compute mode")
     if wrong:
         seen = ", ".join(f"{mode} ({n} pods)" for mode, n in sorted(wrong.items()))
-        return Check.failed("gpu_sharing.compute_mode", f"compute mode {seen}, "
+        return GPU_SHARING_COMPUTE_MODE.failed(f"compute mode {seen}, "
                                                         f"expected {expected} (set by the MPS control daemon): "
                                                         "the GPUs are not shared through MPS")
-    return Check.passed("gpu_sharing.compute_mode", f"every GPU in compute mode {expected}")
+    return GPU_SHARING_COMPUTE_MODE.passed(f"every GPU in compute mode {expected}")

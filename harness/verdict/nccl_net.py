@@ -19,7 +19,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from harness.metrics.log_lines import split_tag
-from harness.verdict.checks import Check
+from harness.verdict.checks import Check, declare
+
+EFA_NCCL_NET = declare(
+    "efa.nccl_net",
+    "EFA is expected but a host's NCCL used its socket transport (NET/Socket), or showed no NET/OFI or NET/Libfabric "
+    "line, or a node of the job had no host that logged its network (not applicable when the user set an "
+    "`NCCL_DEBUG` level that logs none)",
+    "-",
+    settings=("EFA_PER_NODE", "--efaEnabled"),
+    only_when="EFA is expected (EFA devices on the nodes or `--efaEnabled`) on a multi-node job",
+)
 
 NCCL_INFO = " NCCL INFO "
 SOCKET_MARKERS = ("NET/Socket", "Using network Socket")
@@ -80,7 +90,7 @@ def _named(entries: list[HostNet], quote: bool) -> str:
     return shown + (f" and {len(entries) - MAX_NAMED} more" if len(entries) > MAX_NAMED else "")
 
 
-NAME = "efa.nccl_net"
+NAME = EFA_NCCL_NET.name
 
 
 def check_nccl_net(scan: NcclNetScan, why: str, user_debug: str | None = None,

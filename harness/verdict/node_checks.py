@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import CheckKind, Verdict, declare
 
 # `OK 1.5: every GPU ...`, `SKIP 5.3: not an NVSwitch node`, `FAIL 7.3: /dev/nvidia0 is missing`.
 ASSERTION = re.compile(r"^(?P<status>OK|SKIP|FAIL) (?P<id>[\w.+-]+): (?P<text>.*)$")
@@ -52,29 +52,36 @@ def read_outcome(log: NodeLog, done_line: str) -> Outcome:
     return Outcome(log.node, tuple(found["OK"]), tuple(found["SKIP"]), tuple(found["FAIL"]), done, last)
 
 
-def judge_node_checks(check: str, logs: Iterable[NodeLog], nodes: Sequence[str], done_line: str) -> Verdict:
-    """One check per node of `nodes` (`<check>.<node>`): failing with the first failed assertion, or
+def declare_node_check(check: str, script: str) -> CheckKind:
+    """The kind `<check>.<node>` of one node check script, declared by the suite module that runs it."""
+    return declare(f"{check}.<node>", f"an assertion of `manifests/scripts/{script}` failed on the node (`FAIL <id>: "
+                   "...`), or its log stops before the script's last line, or its pod left no log",
+                   "the script's own assertions")
+
+
+def judge_node_checks(kind: CheckKind, logs: Iterable[NodeLog], nodes: Sequence[str], done_line: str) -> Verdict:
+    """One check of `kind` per node of `nodes` (`<check>.<node>`): failing with the first failed assertion, or
     because its log never reached `done_line` (or no log was captured); passing with what was
     asserted and what was skipped and why."""
     by_node = {log.node: log for log in logs}
+    check = kind.stem
     checks = []
     for node in nodes:
-        name = f"{check}.{node}"
         log = by_node.get(node)
         if log is None:
-            checks.append(Check.failed(name, f"{check} on node {node}: no log of its pod was captured"))
+            checks.append(kind.failed(f"{check} on node {node}: no log of its pod was captured", part=node))
             continue
         outcome = read_outcome(log, done_line)
         if outcome.failed:
             more = f" (and {len(outcome.failed) - 1} more)" if len(outcome.failed) > 1 else ""
-            checks.append(Check.failed(name, f"{check} on node {node}: {outcome.failed[0]}{more}"))
+            checks.append(kind.failed(f"{check} on node {node}: {outcome.failed[0]}{more}", part=node))
         elif not outcome.done:
-            checks.append(Check.failed(name, f"{check} on node {node}: the check did not finish (no "
-                                             f"{done_line!r}); its last line: {outcome.last_line or '<empty log>'}"))
+            checks.append(kind.failed(f"{check} on node {node}: the check did not finish (no {done_line!r}); its "
+                                      f"last line: {outcome.last_line or '<empty log>'}", part=node))
         else:
             skipped = f"; {'; '.join(outcome.skipped)}" if outcome.skipped else ""
-            checks.append(Check.passed(name, f"{check} on node {node}: {len(outcome.ok)} passed, "
-                                             f"{len(outcome.skipped)} skipped{skipped}"))
+            checks.append(kind.passed(f"{check} on node {node}: {len(outcome.ok)} passed, "
+                                      f"{len(outcome.skipped)} skipped{skipped}", part=node))
     if not checks:
-        checks.append(Check.failed(check, f"{check}: no node to judge"))
+        checks.append(kind.failed(f"{check}: no node to judge"))
     return Verdict(checks)

@@ -13,7 +13,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from harness.config.topology import NODES_DESCRIBED, Topology
-from harness.verdict.checks import Check
+from harness.verdict.checks import Check, declare
+
+NODES = declare(
+    "nodes",
+    "the run uses fewer nodes than the type has (NotReady, cordoned, an untolerated taint, fewer GPUs or EFA "
+    "allocatable than capacity), or one its pods cannot use fully, each such node named with why; fewer nodes asked "
+    "for by the user's `NODE_COUNT` pass",
+    "docs/DEGRADED-CLUSTERS.md",
+    settings=("NODE_COUNT", "NODE_TYPE", "TOLERATIONS"),
+)
+MULTI_NODE = declare(
+    "multi_node",
+    "a multi-node job's pods all ran on one node: no traffic crossed a node (passes when the user set `NODE_COUNT=1`)",
+    "-",
+    settings=("NODE_COUNT",),
+)
 
 
 def _named(nodes: list[tuple[str, str]]) -> str:
@@ -30,7 +45,7 @@ def _count_source(topology: Topology) -> str:
 def check_nodes(topology: Topology) -> Check:
     """Every node of the type used, and usable, unless the user asked for fewer (module docstring)."""
     if not topology.nodes_of_type:
-        return Check.not_applicable("nodes", "the nodes of the type were not listed (no discovery)")
+        return NODES.not_applicable("the nodes of the type were not listed (no discovery)")
     in_run = set(topology.node_names)
     of_type = len(topology.nodes_of_type)
     kind = topology.node_type
@@ -40,16 +55,16 @@ def check_nodes(topology: Topology) -> Check:
                 if name in in_run and problems]
     if degraded:
         also = f"; left out: {_named(left_out)}" if left_out else ""
-        return Check.failed("nodes", f"{len(degraded)} of the run's {topology.node_count} {kind} nodes cannot be "
+        return NODES.failed(f"{len(degraded)} of the run's {topology.node_count} {kind} nodes cannot be "
                                      f"used fully: {_named(degraded)}{also}")
     if left_out and not topology.user_set_count:
-        return Check.failed("nodes", f"the run uses {topology.node_count} of the {of_type} {kind} nodes "
+        return NODES.failed(f"the run uses {topology.node_count} of the {of_type} {kind} nodes "
                                      f"({_count_source(topology)}); left out: {_named(left_out)}; fix those nodes, "
                                      "or set NODE_COUNT to run on fewer on purpose")
     if left_out:
-        return Check.passed("nodes", f"the run uses {topology.node_count} of the {of_type} {kind} nodes: the user's "
+        return NODES.passed(f"the run uses {topology.node_count} of the {of_type} {kind} nodes: the user's "
                                      f"choice ({_count_source(topology)}); not used: {_named(left_out)}")
-    return Check.passed("nodes", f"the run uses all {of_type} {kind} nodes, every one Ready, schedulable and "
+    return NODES.passed(f"the run uses all {of_type} {kind} nodes, every one Ready, schedulable and "
                                  "with all its devices allocatable")
 
 
@@ -58,13 +73,13 @@ def check_multi_node(topology: Topology, pod_nodes: Iterable[str]) -> Check:
     nodes = sorted({n for n in pod_nodes if n and not n.startswith("<")})
     if len(nodes) > 1:
         more = " and more" if len(nodes) > NODES_DESCRIBED else ""
-        return Check.passed("multi_node", f"the job's pods ran on {len(nodes)} nodes: "
+        return MULTI_NODE.passed(f"the job's pods ran on {len(nodes)} nodes: "
                                           f"{', '.join(nodes[:NODES_DESCRIBED])}{more}")
     where = f"on one node ({nodes[0]})" if nodes else "on no node seen"
     if topology.node_count == 1 and topology.user_set_count:
-        return Check.passed("multi_node", f"the job ran {where}: the user's choice ({_count_source(topology)}); "
+        return MULTI_NODE.passed(f"the job ran {where}: the user's choice ({_count_source(topology)}); "
                                           "no traffic between nodes was expected")
-    return Check.failed("multi_node", f"the multi-node job ran {where}: no traffic crossed a node, so the path "
+    return MULTI_NODE.failed(f"the multi-node job ran {where}: no traffic crossed a node, so the path "
                                       f"between nodes was not tested ({_count_source(topology)}, "
                                       f"{len(topology.nodes_of_type) or topology.node_count} {topology.node_type} "
                                       "nodes of the type); set NODE_COUNT=1 to run on one node on purpose")

@@ -51,7 +51,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.metrics.records import RankMetrics
-from harness.verdict.checks import Check, Status, Verdict
+from harness.verdict.checks import Check, Status, Verdict, declare
+
+STRAGGLER = declare(
+    "straggler.<key>",
+    "a node's ranks fall below `STRAGGLER_FRACTION` x the upper quartile of all ranks on the compute probe "
+    "(`probe_matmul_tflops`, `probe_h2d_gbps`: measured before training, no collective can slow it), on "
+    "`compute_ms_per_step` (above the lower quartile / fraction) or on throughput, **and the evidence holds beyond "
+    "the noise**: each figure is the median of 5 slices timed apart, and even the rank's best slice is slower than "
+    "the reference; the compute signals (probe, compute time, throughput) agree (the H2D probe stands alone). A rank "
+    "below a threshold without that evidence passes, the message giving the figures and why it could not tell. Named "
+    "by node, ranks, pods, measured vs reference; CPU ranks on nodes of one kernel (`host_boot_id`) are said to "
+    "share one host's CPUs (bench/RESULTS.md, \"Straggler verdict\")",
+    "`STRAGGLER_FRACTION`",
+    settings=("STRAGGLER_FRACTION",),
+)
 
 RATE_SUFFIXES = {"_tflops": "TFLOP/s", "_gbps": "GB/s", "_per_s": "/s"}
 TIME_SUFFIXES = {"_ms": "ms", "_s": "s"}

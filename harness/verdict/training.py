@@ -18,9 +18,64 @@ from dataclasses import dataclass
 
 from harness.metrics.records import FORMAT_BERT, FORMAT_KT2T, RankMetrics, WorkloadMetrics
 from harness.verdict.baseline import Baseline
-from harness.verdict.checks import Check, Verdict
-from harness.verdict.stragglers import Compared, fmt, judge_stragglers, rank_ranges, where
+from harness.verdict.checks import Check, Verdict, declare
+from harness.verdict.stragglers import STRAGGLER, Compared, fmt, judge_stragglers, rank_ranges, where
 from harness.verdict.thresholds import NONE_UNTIL_MEASURED, ThroughputFloor, minimum_throughput, throughput_floor
+
+PARSE = declare(
+    "parse",
+    "a value in the logs is malformed (`file:line`, the text, what was expected), or one rank reported twice with "
+    "different values",
+)
+WORKLOAD = declare(
+    "workload",
+    "the logs are another workload's (canned BERT logs under `TestNanoGPTTraining`)",
+)
+RANKS = declare(
+    "ranks",
+    "a rank of `0..world_size-1` reported nothing, a rank outside it reported, a rank reported no values or another "
+    "world size",
+)
+STEPS = declare(
+    "steps",
+    "a rank completed fewer steps than it was asked for, or did not say (not applicable: a log format without step "
+    "counts)",
+)
+THROUGHPUT = declare(
+    "throughput",
+    "a rank's throughput key (`throughput`, `tokens_per_s`, `samples_per_s`, `busbw_avg`) is missing or NaN/inf, or "
+    "no rank reported it",
+)
+LOSS = declare(
+    "loss",
+    "a rank's loss did not fall (mean of the last quarter of its steps not below the first quarter's; first and last "
+    "loss without a step series) or is NaN/inf anywhere (not applicable: upstream's BERT log, which prints no loss)",
+)
+REPLICAS = declare(
+    "replicas",
+    "`params_checksum` differs between ranks (DDP did not keep the replicas equal) or is missing",
+)
+DEVICE = declare(
+    "device",
+    "a rank trained on another device than `cuda:<local_rank>` with nccl when `ACCELERATOR=nvidia` (not applicable "
+    "on CPU)",
+    "`ACCELERATOR`",
+    settings=("ACCELERATOR",),
+)
+GPUS = declare(
+    "gpus",
+    "a rank saw fewer GPUs than its local world size (not applicable on CPU)",
+    "`GPUS_PER_NODE`, discovery",
+    settings=("GPUS_PER_NODE", "ACCELERATOR"),
+)
+THROUGHPUT_MINIMUM = declare(
+    "throughput_minimum",
+    "a rank is below the throughput floor; the message gives the floor's origin and the margin (lowest rank / "
+    "floor); a combination with no floor is not applicable and says why",
+    "`MIN_THROUGHPUT_PER_GPU` (BERT only), else `BASELINE` x `BASELINE_TOLERANCE`, else the table (Throughput "
+    "floors, docs/TESTS.md)",
+    settings=("MIN_THROUGHPUT_PER_GPU", "BASELINE", "BASELINE_TOLERANCE", "WORKLOAD_SIZE", "NODE_TYPE"),
+)
 
 MAX_LISTED = 5  # problems, ranks... named in one message
 
@@ -65,17 +120,17 @@ def check_parse(metrics: WorkloadMetrics) -> Check:
     """Every value in the logs was well-formed (and no rank reported twice with different values)."""
     notes = f"; notes: {' '.join(metrics.notes[:2])}" if metrics.notes else ""
     if not metrics.problems:
-        return Check.passed("parse", f"no malformed values in {FORMAT_NAMES.get(metrics.source_format, '?')}{notes}")
+        return PARSE.passed(f"no malformed values in {FORMAT_NAMES.get(metrics.source_format, '?')}{notes}")
     shown = "; ".join(str(p) for p in metrics.problems[:3])
     count = max(metrics.problem_count, len(metrics.problems))
     more = f" (and {count - 3} more)" if count > 3 else ""
-    return Check.failed("parse", f"parse: {count} malformed values in the logs: {shown}{more}")
+    return PARSE.failed(f"parse: {count} malformed values in the logs: {shown}{more}")
 
 
 def check_workload(metrics: WorkloadMetrics, expect: Expectation) -> Check:
     if metrics.workload == expect.spec.workload:
-        return Check.passed("workload", f"the logs are {expect.spec.workload}'s")
-    return Check.failed("workload", f"workload: the logs hold {metrics.workload} metrics "
+        return WORKLOAD.passed(f"the logs are {expect.spec.workload}'s")
+    return WORKLOAD.failed(f"workload: the logs hold {metrics.workload} metrics "
                                     f"({FORMAT_NAMES.get(metrics.source_format, metrics.source_format)}), but "
                                     f"{expect.test} runs {expect.spec.workload}: a foreign or wrong workload's logs")
 
@@ -105,8 +160,8 @@ def check_ranks(metrics: WorkloadMetrics, world_size: int) -> Check:
         problems.append(f"ranks reporting another world size than {world_size}: {', '.join(other[:MAX_LISTED])}")
     if problems:
         notes = f" ({metrics.notes[0]})" if missing and metrics.notes else ""
-        return Check.failed("ranks", "metrics: " + "; ".join(problems) + notes)
-    return Check.passed("ranks", f"all {world_size} ranks reported once")
+        return RANKS.failed("metrics: " + "; ".join(problems) + notes)
+    return RANKS.passed(f"all {world_size} ranks reported once")
 
 
 def _number(rank: RankMetrics, key: str) -> float | None:
@@ -125,7 +180,7 @@ def _missing(rank: RankMetrics, key: str) -> str:
 def check_steps(metrics: WorkloadMetrics) -> Check:
     """Every rank completed the steps it was asked for."""
     if metrics.source_format != FORMAT_KT2T:
-        return Check.not_applicable("steps", f"{FORMAT_NAMES[metrics.source_format]} carry no step counts")
+        return STEPS.not_applicable(f"{FORMAT_NAMES[metrics.source_format]} carry no step counts")
     short = []
     for rank in metrics.ranks:
         requested, completed = _number(rank, "steps_requested"), _number(rank, "steps_completed")
@@ -134,8 +189,8 @@ def check_steps(metrics: WorkloadMetrics) -> Check:
         elif completed < requested:
             short.append(f"{where(rank)} completed {completed:.0f} of {requested:.0f} steps")
     if short:
-        return Check.failed("steps", "steps: " + "; ".join(short[:MAX_LISTED]))
-    return Check.passed("steps", "every rank completed the steps it was asked for")
+        return STEPS.failed("steps: " + "; ".join(short[:MAX_LISTED]))
+    return STEPS.passed("every rank completed the steps it was asked for")
 
 
 def check_throughput(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
@@ -143,11 +198,11 @@ def check_throughput(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
     key = spec.throughput_key
     missing = [_missing(r, key) for r in metrics.ranks if _number(r, key) is None]
     if missing:
-        return Check.failed("throughput", "throughput: " + "; ".join(missing[:MAX_LISTED]))
+        return THROUGHPUT.failed("throughput: " + "; ".join(missing[:MAX_LISTED]))
     values = [_number(r, key) or 0.0 for r in metrics.ranks]
     if not values:
-        return Check.failed("throughput", f"throughput: no rank reported {key}")
-    return Check.passed("throughput", f"{key} from all {len(values)} ranks, median {fmt(statistics.median(values))} "
+        return THROUGHPUT.failed(f"throughput: no rank reported {key}")
+    return THROUGHPUT.passed(f"{key} from all {len(values)} ranks, median {fmt(statistics.median(values))} "
                                       f"{spec.unit}")
 
 
@@ -173,31 +228,31 @@ def check_loss(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
     """Each rank's loss fell: the mean of the last quarter of its steps below the first quarter's
     (first and last loss when there is no per-step series)."""
     if not spec.trains:
-        return Check.not_applicable("loss", f"{spec.workload} trains nothing")
+        return LOSS.not_applicable(f"{spec.workload} trains nothing")
     if metrics.source_format == FORMAT_BERT:
-        return Check.not_applicable("loss", "the upstream BERT log prints no loss")
+        return LOSS.not_applicable("the upstream BERT log prints no loss")
     problems = [p for r in metrics.ranks if (p := _loss_problem(r))]
     if problems:
-        return Check.failed("loss", "metrics: " + "; ".join(problems[:MAX_LISTED]))
-    return Check.passed("loss", f"the loss decreased on all {len(metrics.ranks)} ranks")
+        return LOSS.failed("metrics: " + "; ".join(problems[:MAX_LISTED]))
+    return LOSS.passed(f"the loss decreased on all {len(metrics.ranks)} ranks")
 
 
 def check_replicas(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
     """After DDP every replica holds the same parameters: equal params_checksum on every rank."""
     if not spec.trains:
-        return Check.not_applicable("replicas", f"{spec.workload} trains nothing")
+        return REPLICAS.not_applicable(f"{spec.workload} trains nothing")
     if metrics.source_format != FORMAT_KT2T:
-        return Check.not_applicable("replicas", f"{FORMAT_NAMES[metrics.source_format]} carry no params_checksum")
+        return REPLICAS.not_applicable(f"{FORMAT_NAMES[metrics.source_format]} carry no params_checksum")
     if missing := [_missing(r, "params_checksum") for r in metrics.ranks if _number(r, "params_checksum") is None]:
-        return Check.failed("replicas", "replicas: " + "; ".join(missing[:MAX_LISTED]))
+        return REPLICAS.failed("replicas: " + "; ".join(missing[:MAX_LISTED]))
     checksums: dict[float, list[int]] = {}
     for rank in metrics.ranks:
         checksums.setdefault(float(rank.values["params_checksum"]), []).append(rank.rank)
     if len(checksums) > 1:
         groups = "; ".join(f"ranks {rank_ranges(ranks)}: {value!r}" for value, ranks in checksums.items())
-        return Check.failed("replicas", f"replicas diverged (params_checksum differs, so gradients were not "
+        return REPLICAS.failed(f"replicas diverged (params_checksum differs, so gradients were not "
                                         f"all-reduced alike): {groups}")
-    return Check.passed("replicas", f"params_checksum equal on all {len(metrics.ranks)} ranks")
+    return REPLICAS.passed(f"params_checksum equal on all {len(metrics.ranks)} ranks")
 
 
 GPU_ACCELERATOR = "nvidia"
@@ -253,9 +308,9 @@ def check_device(metrics: WorkloadMetrics, expect: Expectation) -> Check:
         for problem in _device_problems(rank):
             by_problem.setdefault(problem, []).append(rank)
     if by_problem:
-        return Check.failed("device", f"device: ACCELERATOR={GPU_ACCELERATOR} but not every rank ran on its GPU "
+        return DEVICE.failed(f"device: ACCELERATOR={GPU_ACCELERATOR} but not every rank ran on its GPU "
                                       f"with NCCL: {_grouped(by_problem)}")
-    return Check.passed("device", f"all {len(metrics.ranks)} ranks on cuda:<local_rank> with nccl")
+    return DEVICE.passed(f"all {len(metrics.ranks)} ranks on cuda:<local_rank> with nccl")
 
 
 def check_gpus(metrics: WorkloadMetrics, expect: Expectation) -> Check:
@@ -275,9 +330,9 @@ def check_gpus(metrics: WorkloadMetrics, expect: Expectation) -> Check:
             by_problem.setdefault(f"gpus_per_node {per_node if per_node is not None else 'not reported'}, the "
                                   f"harness launched {expect.processes_per_node} per node", []).append(rank)
     if by_problem:
-        return Check.failed("gpus", f"gpus: {_grouped(by_problem)}")
+        return GPUS.failed(f"gpus: {_grouped(by_problem)}")
     per = f", gpus_per_node {expect.processes_per_node}" if expect.processes_per_node is not None else ""
-    return Check.passed("gpus", f"every rank saw >= local_world_size GPUs{per}")
+    return GPUS.passed(f"every rank saw >= local_world_size GPUs{per}")
 def workload_size(metrics: WorkloadMetrics) -> str | None:
     """The size every rank reported (`size`), None when none did or they disagree."""
     sizes = {r.values.get("size") for r in metrics.ranks}
@@ -332,6 +387,11 @@ def check_minimum(metrics: WorkloadMetrics, expect: Expectation, verdict: Verdic
                             threshold=True)
     return Check.passed(name, f"every rank >= {floor.value:.4g} {unit} ({shown}floor from the {floor.origin}: "
                               f"{floor.derivation})", measured=lowest, expected=floor.value, unit=unit)
+
+
+# What judge_training judges, in its order (the tests that run it declare these: docs/TESTS.md).
+TRAINING_KINDS = (PARSE, WORKLOAD, RANKS, DEVICE, GPUS, STEPS, THROUGHPUT, LOSS, REPLICAS, THROUGHPUT_MINIMUM,
+                  STRAGGLER)
 
 
 def judge_training(metrics: WorkloadMetrics, expect: Expectation) -> Verdict:

@@ -16,8 +16,17 @@ from harness.jobs.job import launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.verdict.bandwidth import judge_busbw
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import Check, Verdict, declare
 from testbins.nvidia.common import NCCL_TESTS_DIR, first_match, require_gpus
+
+GDRDMA = declare(
+    "efa.gdrdma",
+    "with EFA on an RDMA-read node type, NCCL did not send over `Libfabric/.../GDRDMA`",
+    "`--efaEnabled`, `NODE_TYPE`",
+    settings=("--efaEnabled", "NODE_TYPE"),
+    only_when="`--efaEnabled` on an RDMA-read node type: upstream's list under its test name, "
+    "`RDMA_CAPABLE_TYPES` (testbins/nvidia/nccl.py) under TestNCCLTests",
+)
 
 # With EFA on RDMA-capable instance types NCCL must use Libfabric with GPUDirect RDMA.
 EFA_GDRDMA = re.compile(r"\[send\] via NET/.*Libfabric/.*/GDRDMA")
@@ -85,10 +94,10 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
 def check_gdrdma(t: TestContext, logs: list[CapturedLog]) -> Check:
     """With EFA on an RDMA-capable type, NCCL sends over Libfabric with GPUDirect RDMA."""
     if not used_gdrdma(logs):
-        return Check.failed("efa.gdrdma", f"nccl-tests: EFA is enabled on {t.topology.node_type} but NCCL did not "
-                                          f"use Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
+        return GDRDMA.failed(f"nccl-tests: EFA is enabled on {t.topology.node_type} but NCCL did not "
+                             f"use Libfabric with GPUDirect RDMA: no line matches {EFA_GDRDMA.pattern!r}")
     t.property("efa.gdrdma", "true")
-    return Check.passed("efa.gdrdma", "NCCL sent over Libfabric with GPUDirect RDMA")
+    return GDRDMA.passed("NCCL sent over Libfabric with GPUDirect RDMA")
 
 
 def upstream_sweep(operation: str, node_type: str) -> tuple[str, int]:

@@ -9,9 +9,17 @@ from harness.jobs.assessment import record_verdict
 from harness.jobs.images import image
 from harness.jobs.job import launch
 from harness.jobs.workload import Workload
-from harness.verdict.checks import Check, Verdict
+from harness.verdict.checks import Check, Verdict, declare
 from harness.verdict.node_pairs import Group, NodeResult, Plan, judge, plan
 from testbins.nvidia.common import NCCL_TESTS_DIR
+
+NODE_PAIRS = declare(
+    "node_pairs",
+    "`TestNodePairs/<node>`: the node's pair was slow (below `STRAGGLER_FRACTION` x the pass's upper quartile) in "
+    "both passes, with different partners",
+    "`STRAGGLER_FRACTION` x the pass's upper quartile",
+    settings=("STRAGGLER_FRACTION",),
+)
 
 PAIR_SECONDS = 3
 PAIR_BYTES = "16M"

@@ -14,8 +14,8 @@ from harness.jobs.images import image
 from harness.jobs.job import Job, launch
 from harness.jobs.workload import Workload
 from harness.metrics.records import read_lines
-from harness.verdict.checks import Verdict
-from harness.verdict.node_checks import NodeLog, judge_node_checks
+from harness.verdict.checks import CheckKind, Verdict
+from harness.verdict.node_checks import NodeLog, declare_node_check, judge_node_checks
 from testbins.nvidia.common import require_gpus
 
 # upstream's pods run with these capabilities of the driver (compute for CUDA, utility for nvidia-smi).
@@ -34,6 +34,11 @@ class NodeCheck:
     done_line: str
     env: Mapping[str, str] = field(default_factory=dict)
     host_paths: Mapping[str, str] = field(default_factory=dict)
+    # `<check>.<node>`, declared here, once for each script (the catalogue lists it).
+    kind: CheckKind = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", declare_node_check(self.check, self.script))
 
     def workload(self, test_image: str, *, nodes: int | None = None, gpus: int | None = None,
                  env: Mapping[str, str] | None = None) -> Workload:
@@ -48,7 +53,7 @@ def node_verdict(job: Job, check: NodeCheck) -> Verdict:
     """Every node of the job judged on its log (harness/verdict/node_checks.py)."""
     logs = [NodeLog(entry.node, tuple(read_lines(entry.path))) for entry in job.capture_logs()
             if not entry.previous and entry.path.exists()]
-    return judge_node_checks(check.check, logs, job.placement.node_names, check.done_line)
+    return judge_node_checks(check.kind, logs, job.placement.node_names, check.done_line)
 
 
 def judge_check(t: TestContext, job: Job, check: NodeCheck) -> None:

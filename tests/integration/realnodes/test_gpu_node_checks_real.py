@@ -37,7 +37,7 @@ def test_a_node_check_run_on_a_node_without_a_gpu_fails_naming_it(real_nodes: Lo
     status = real_nodes.core.read_namespaced_pod(name, namespace).status.container_statuses[0]
     assert status.state.terminated.exit_code == exit_code, (status.state.terminated, log)
     assert assertion in log, log
-    verdict = judge_node_checks(check.check, [NodeLog(node, tuple(log.splitlines()))], (node,), check.done_line)
+    verdict = judge_node_checks(check.kind, [NodeLog(node, tuple(log.splitlines()))], (node,), check.done_line)
     (judged,) = verdict.checks
     assert judged.status is Status.FAIL and judged.message.startswith(f"{check.check} on node {node}: FAIL "), \
         judged.message

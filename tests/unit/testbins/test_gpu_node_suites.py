@@ -113,7 +113,7 @@ def run_script(check: NodeCheck, tmp_path: Path, **env: str) -> subprocess.Compl
 
 
 def judged(check: NodeCheck, done: subprocess.CompletedProcess[str]) -> str:
-    verdict = judge_node_checks(check.check, [NodeLog("node-a", tuple(done.stdout.splitlines()))], ["node-a"],
+    verdict = judge_node_checks(check.kind, [NodeLog("node-a", tuple(done.stdout.splitlines()))], ["node-a"],
                                 check.done_line)
     return verdict.checks[0].status.value + ": " + verdict.checks[0].message
 

@@ -227,8 +227,8 @@ def test_checks_on_emulated_node_capacity_say_so_in_result_junit_log_and_report(
 def test_a_verdict_raises_only_after_it_is_recorded(tmp_path, monkeypatch):
     def records_then_fails(t: TestContext) -> None:
         with pytest.raises(TestFailure):
-            record_verdict(t, Verdict([Check.failed("x", "boom")]))
-        assert t.junit_case.properties["check.x"] == "fail: boom"
+            record_verdict(t, Verdict([Check.failed("loss", "boom")]))
+        assert t.junit_case.properties["check.loss"] == "fail: boom"
 
     assert run_suite(tmp_path, monkeypatch, records_then_fails) == EXIT_PASS
 
