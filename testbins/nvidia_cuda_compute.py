@@ -17,6 +17,10 @@ SUITE = Suite("e2e-nvidia-cuda-compute", (
     " memory) each pass."
     ), aliases=("nvidia-cuda-compute.test",))
 SUITE.test("TestCUDACompute", upstream=True, feature="nvidia-cuda-compute",
+           launches="`manifests/scripts/cuda-compute-check.sh` (nine CUDA samples of `--nvidiaTestImage`), one pod "
+           "with one GPU",
+           checks=(cuda_compute.CUDA_COMPUTE.kind,),
+           settings=("NCCL_TESTS_IMAGE",),
            labels=GPU,
            assessments=("pod reaches Succeeded",))(
     cuda_compute.test_cuda_compute)

@@ -17,6 +17,9 @@ SUITE = Suite("e2e-nvidia-driver-liveness", (
     "type's GPU model."
     ), aliases=("nvidia-driver-liveness.test",))
 SUITE.test("TestDriverLiveness", upstream=True, feature="nvidia-driver-liveness",
+           launches="`manifests/scripts/driver-liveness-check.sh` in `--nvidiaTestImage`, one pod with one GPU",
+           checks=(driver_liveness.DRIVER_LIVENESS.kind,),
+           settings=("NCCL_TESTS_IMAGE", "EXPECTED_DRIVER_VERSION", "NODE_TYPE"),
            labels=GPU,
            assessments=("pod reaches Succeeded",))(
     driver_liveness.test_driver_liveness)

@@ -18,10 +18,18 @@ SUITE = Suite("e2e-nvidia-fabric-manager", (
     "is up."
     ), aliases=("nvidia-fabric-manager.test",))
 SUITE.test("TestFabricManagerVersionMatchesDriver", upstream=True, feature="nvidia-fabric-manager-version-check",
+           launches="`manifests/scripts/fabric-manager-version-check.sh` in `--nvidiaTestImage`, a pod on every node "
+           "(host /proc and /var/log read-only)",
+           checks=(fabric_manager.FABRIC_MANAGER_VERSION.kind,),
+           settings=("NCCL_TESTS_IMAGE",),
            labels=GPU,
            assessments=("Job pods all succeed",))(
     fabric_manager.test_fabric_manager_version)
 SUITE.test("TestFabricAndNVLinkInContainer", upstream=True, feature="nvidia-fabric-nvlink-check",
+           launches="`manifests/scripts/fabric-nvlink-check.sh` in `--nvidiaTestImage`, one pod with every GPU of its "
+           "node (host /proc/driver and journals read-only)",
+           checks=(fabric_manager.FABRIC_NVLINK.kind,),
+           settings=("NCCL_TESTS_IMAGE",),
            labels=GPU,
            assessments=("pod reaches Succeeded",))(
     fabric_manager.test_fabric_and_nvlink)

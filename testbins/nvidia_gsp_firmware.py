@@ -16,6 +16,10 @@ SUITE = Suite("e2e-nvidia-gsp-firmware", (
     " the driver's version, on every GPU."
     ), aliases=("nvidia-gsp-firmware.test",))
 SUITE.test("TestGSPFirmware", upstream=True, feature="nvidia-gsp-firmware",
+           launches="`manifests/scripts/gsp-firmware-check.sh` in `--nvidiaTestImage`, one pod with every GPU of its "
+           "node (host /proc read-only)",
+           checks=(gsp_firmware.GSP_FIRMWARE.kind,),
+           settings=("NCCL_TESTS_IMAGE",),
            labels=GPU,
            assessments=("pod reaches Succeeded",))(
     gsp_firmware.test_gsp_firmware)

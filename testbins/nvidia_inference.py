@@ -16,6 +16,8 @@ SUITE = Suite("e2e-nvidia-inference", (
     "infer.py` of --bertInferenceImage succeeds."
     ), aliases=("nvidia-inference.test",))
 SUITE.test("TestBertInference", upstream=True, feature="bert-inference",
+           launches="`python infer.py` of `--bertInferenceImage`, one pod with `--gpuRequested` GPUs",
+           settings=("BERT_INFERENCE_IMAGE", "INFERENCE_MODE", "GPU_REQUESTED"),
            labels=GPU,
            assessments=("BERT inference Job succeeds",))(
     inference.test_bert_inference)

@@ -16,6 +16,9 @@ SUITE = Suite("e2e-nvidia-persistence-device-nodes", (
     "/dev/nvidia* device nodes it needs, character devices owned by root."
     ), aliases=("nvidia-persistence-device-nodes.test",))
 SUITE.test("TestDeviceNodes", upstream=True, feature="nvidia-persistence-device-nodes",
+           launches="`manifests/scripts/device-nodes-check.sh` in `--nvidiaTestImage`, one pod with one GPU",
+           checks=(device_nodes.DEVICE_NODES.kind,),
+           settings=("NCCL_TESTS_IMAGE",),
            labels=GPU,
            assessments=("pod reaches Succeeded",))(
     device_nodes.test_device_nodes)

@@ -16,6 +16,10 @@ SUITE = Suite("e2e-nvidia-shared-libraries", (
     "NVIDIA driver libraries (--requiredLibs) from the allowed folders (--allowedLibDirsRegex)."
     ), aliases=("nvidia-shared-libraries.test",))
 SUITE.test("TestSharedLibraries", upstream=True, feature="nvidia-shared-libraries",
+           launches="`manifests/scripts/shared-libraries-check.sh` in Amazon Linux 2023, a pod with one GPU on every "
+           "node",
+           checks=(shared_libraries.SHARED_LIBRARIES.kind,),
+           settings=("REQUIRED_LIBS", "ALLOWED_LIB_DIRS_REGEX"),
            labels=GPU,
            assessments=("all DaemonSet pods are Ready and the DS has at least one pod",))(
     shared_libraries.test_shared_libraries)

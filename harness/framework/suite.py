@@ -13,10 +13,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.config.settings import Config
 from harness.framework.cli import usage
+
+if TYPE_CHECKING:
+    from harness.verdict.checks import CheckKind
 
 # `{dcgm_diag_level}` in an assessment's name: the setting's value.
 SETTING_IN_NAME = re.compile(r"\{(\w+)\}")
@@ -67,6 +70,12 @@ class TestCase:
     upstream: bool = False
     # Earlier names that -test.run, -test.skip and -test.list still select it by (TestMPS for TestMps).
     aliases: tuple[str, ...] = ()
+    # What the code cannot say of itself, declared with the test (docs/TESTS.md is generated from it,
+    # testbins/catalogue.py): what it launches, the kinds of check that judge it, and the settings
+    # that change it beyond those its checks name.
+    launches: str = ""
+    checks: tuple[CheckKind, ...] = ()
+    settings: tuple[str, ...] = ()
     __test__ = False  # not a pytest test class
 
     @property
@@ -96,24 +105,30 @@ class Suite:
     invoked_as: str = ""
 
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
-             assessments: tuple[str, ...] = (), needs_cluster: bool = True,
-             upstream: bool = False) -> Callable[[TestFunc], TestFunc]:
+             assessments: tuple[str, ...] = (), needs_cluster: bool = True, upstream: bool = False,
+             launches: str = "", checks: tuple[CheckKind, ...] = (),
+             settings: tuple[str, ...] = ()) -> Callable[[TestFunc], TestFunc]:
         """Register a one-feature test function under its Go-style name (a decorator); `upstream`
-        marks one of upstream aws-k8s-tester's tests."""
+        marks one of upstream aws-k8s-tester's tests; the rest as for `features`."""
 
         def register(func: TestFunc) -> TestFunc:
             self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
-                          needs_cluster=needs_cluster, upstream=upstream)
+                          needs_cluster=needs_cluster, upstream=upstream, launches=launches, checks=checks,
+                          settings=settings)
             return func
 
         return register
 
     def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True,
-                 upstream: bool = False, aliases: tuple[str, ...] = ()) -> None:
-        """Register a test made of several features, each run as the subtest `name/<feature>`."""
+                 upstream: bool = False, aliases: tuple[str, ...] = (), launches: str = "",
+                 checks: tuple[CheckKind, ...] = (), settings: tuple[str, ...] = ()) -> None:
+        """Register a test made of several features, each run as the subtest `name/<feature>`, with
+        what it launches (a phrase), the kinds of check that judge it (harness.verdict.checks.declare)
+        and the settings (env names, or --flags) that change it besides its checks' own."""
         if any(test.name == name for test in self.tests):
             raise ValueError(f"suite {self.binary}: two tests named {name}")
-        self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream, aliases))
+        self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream, aliases,
+                                   " ".join(launches.split()), checks, settings))
 
     def as_invoked(self, called: str, pattern: str | None) -> Suite:
         """The suite as the name it was called by offers it. Under upstream's names (`aliases`) an

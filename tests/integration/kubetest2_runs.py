@@ -26,6 +26,9 @@ from harness.cluster.client import Cluster
 from harness.cluster.labels import MANAGED_BY_LABEL
 from harness.cluster.manifests import RBAC_ADDONS, rbac_objects
 from harness.config.settings import NCCL_TESTS_IMAGE, WORKLOADS_IMAGE
+from harness.framework.suite import TestCase
+from harness.verdict.checks import kind_of
+from testbins.suites import all_suites
 
 from .conftest import DEFAULT_NODE_SHAPE, INJECT, REPO, LocalCluster, canned_by_default, ensure_default_nodes
 
@@ -99,8 +102,37 @@ def kubetest2(cluster: LocalCluster, artifacts: Path, tester: str, *args: str,
 
 
 def junit_cases(artifacts: Path, binary: str) -> dict[str, junitparser.TestCase]:
+    """The JUnit's test cases by name; every run read here is also held to its tests' declarations
+    (assert_checks_declared): docs/TESTS.md lists what each test declares."""
     xml = junitparser.JUnitXml.fromfile(str(artifacts / f"junit_{binary}.xml"))
-    return {case.name: case for suite in xml for case in suite}
+    cases = {case.name: case for suite in xml for case in suite}
+    assert_checks_declared(cases)
+    return cases
+
+
+def declared_test(case_name: str) -> TestCase:
+    """The suites' TestCase of a JUnit case (`TestX` or its subtest `TestX/feature`)."""
+    name = case_name.split("/", maxsplit=1)[0]
+    found = [t for suite in all_suites() for t in suite.tests if name in (t.name, *t.aliases)]
+    assert found, f"JUnit case {case_name}: no suite declares {name}"
+    return found[0]
+
+
+def judged_kinds(case: junitparser.TestCase) -> dict[str, str | None]:
+    """Each check the case's `checks.ran` names, with the declared kind it is of (None: none)."""
+    ran = case_properties(case).get("checks.ran", "")
+    return {name: (kind.name if (kind := kind_of(name)) else None) for name in ran.split(",") if name}
+
+
+def assert_checks_declared(cases: dict[str, junitparser.TestCase]) -> None:
+    """Every check a case judged is of a kind its test declares (docs/TESTS.md says what judges it)."""
+    for name, case in cases.items():
+        if not (judged := judged_kinds(case)):
+            continue
+        declared = {kind.name for kind in declared_test(name).checks}
+        stray = {check: kind for check, kind in judged.items() if kind not in declared}
+        assert not stray, (f"{name} judged {sorted(stray)}, of kinds its test does not declare ({stray}); "
+                           f"it declares {sorted(declared)} (testbins/, checks=)")
 
 
 def case_properties(case: junitparser.TestCase) -> dict[str, str]:

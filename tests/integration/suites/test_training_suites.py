@@ -21,6 +21,8 @@ from ..kubetest2_runs import (
     SuiteRun,
     assert_runner_junit_intact,
     case_properties,
+    declared_test,
+    judged_kinds,
     kubetest2,
     run_as_service_account,
     suite_properties,
@@ -71,6 +73,15 @@ def test_training_suite_passes_every_test(training: SuiteRun):
     assert_runner_junit_intact(training.artifacts)
     config = suite_properties(training.artifacts, training.binary)
     assert config["config.accelerator"] == "cpu" and config["config.workload_size"] == "tiny", config
+
+
+@pytest.mark.parametrize("test", TRAINING_TESTS)
+def test_a_healthy_run_judges_every_check_its_test_declares(training: SuiteRun, test: str):
+    """docs/TESTS.md lists each test's declared checks: a healthy CPU run makes every one of them but
+    those made only in some runs (EFA expected, a BASELINE), and nothing else."""
+    made = set(judged_kinds(training.cases()[test]).values())
+    always = {kind.name for kind in declared_test(test).checks if not kind.only_when}
+    assert made == always, f"judged but not declared: {made - always}; declared but not judged: {always - made}"
 
 
 @pytest.mark.parametrize("test", TRAINING_TESTS)
