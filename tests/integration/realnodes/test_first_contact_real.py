@@ -87,14 +87,19 @@ def advertise_gpus(cluster: LocalCluster, node: str, count: int | None) -> None:
     cluster.core.patch_node_status(node, body)
 
 
+def advertise_one_gpu_each(cluster: LocalCluster, nodes: list[str]) -> None:
+    """Every node advertises one nvidia.com/gpu, as a device plugin would, waited for."""
+    for node in nodes:
+        advertise_gpus(cluster, node, 1)
+    wait_for(lambda: all(cluster.core.read_node(n).status.allocatable.get("nvidia.com/gpu") == "1" for n in nodes),
+             30, "the real nodes advertising nvidia.com/gpu")
+
+
 @pytest.mark.images
 def test_real_nodes_advertising_a_gpu_without_one_fail_nvidia_bert_fast_naming_cuda(real, tmp_path: Path):
     cluster, nodes, image = real
     try:
-        for node in nodes:
-            advertise_gpus(cluster, node, 1)
-        wait_for(lambda: all(cluster.core.read_node(n).status.allocatable.get("nvidia.com/gpu") == "1" for n in nodes),
-                 30, "the real nodes advertising nvidia.com/gpu")
+        advertise_one_gpu_each(cluster, nodes)
         started = time.monotonic()
         # The test plays the device plugin (the patched status): the pinned plugin's image cannot be
         # pulled here, and on a cluster whose nodes advertise GPUs it is installed already.
@@ -225,10 +230,7 @@ def test_unit_test_in_an_image_without_gpu_unit_tests_fails_at_once_naming_the_i
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "ARTIFACTS": str(artifacts)}
     env.pop("POD_ANNOTATIONS", None)
     try:
-        for node in nodes:
-            advertise_gpus(cluster, node, 1)
-        wait_for(lambda: all(cluster.core.read_node(n).status.allocatable.get("nvidia.com/gpu") == "1" for n in nodes),
-                 30, "the real nodes advertising nvidia.com/gpu")
+        advertise_one_gpu_each(cluster, nodes)
         started = time.monotonic()
         done = subprocess.run([str(BIN / "e2e-nvidia"), "--test.v", f"--nodeType={REAL_NODE_TYPE}",
                                "--test.run=^TestSingleNodeUnitTest$/^unit-test$", f"--nvidiaTestImage={image}"],
