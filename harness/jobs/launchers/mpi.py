@@ -47,7 +47,11 @@ MPIRUN_MCA = (("pml", "^cm,ucx"), ("btl", "tcp,self"), ("btl_tcp_if_exclude", "l
 # nodes. NCCL loads it when the image has it; when the file is absent NCCL logs that it could not
 # find it and uses its internal tuner: so it is set whenever the job's nodes have EFA, unless the
 # caller set NCCL_TUNER_PLUGIN (forwarded as given).
-AWS_OFI_NCCL_TUNER = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so"
+# The folder is where AWS's EFA installer puts the plugin (as in upstream's images); the EFA build of
+# workloads/Dockerfile installs its own build there too, and checks the tuner is in it
+# (tests/unit/harness/jobs/test_mpi_environment.py holds the two to the same path).
+AWS_OFI_NCCL_LIB_DIR = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+AWS_OFI_NCCL_TUNER = f"{AWS_OFI_NCCL_LIB_DIR}/libnccl-ofi-tuner.so"
 # Failed launcher runs its Job retries. Upstream's 20 absorbs a launcher that starts before its
 # workers resolve; WaitForWorkersReady removes that race, and what is left (a DNS record lagging a
 # Ready worker) needs one. More would rerun a deterministic failure (a rank that crashes) at the

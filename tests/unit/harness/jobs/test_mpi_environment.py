@@ -9,7 +9,12 @@ from pathlib import Path
 
 from harness.cluster.manifests import render
 from harness.jobs.launchers import LAUNCHERS
-from harness.jobs.launchers.mpi import MPIRUN_IMAGE_VARIABLES, MPIRUN_LAUNCHER_ONLY
+from harness.jobs.launchers.mpi import (
+    AWS_OFI_NCCL_LIB_DIR,
+    AWS_OFI_NCCL_TUNER,
+    MPIRUN_IMAGE_VARIABLES,
+    MPIRUN_LAUNCHER_ONLY,
+)
 from harness.jobs.workload import Placement, Workload
 
 DOCKERFILE = Path(__file__).resolve().parents[4] / "workloads" / "Dockerfile"
@@ -58,3 +63,18 @@ def test_the_rendered_mpirun_forwards_them():
     forwarded = {command[i + 1] for i, arg in enumerate(command) if arg == "-x"}
     assert set(MPIRUN_IMAGE_VARIABLES) <= forwarded
     assert not set(MPIRUN_LAUNCHER_ONLY) & forwarded
+
+
+def test_the_image_installs_aws_ofi_nccl_where_the_launcher_points_nccl():
+    """Issue 43 item 4: the EFA build of the workloads image puts aws-ofi-nccl's net plugin and tuner
+    where NCCL_TUNER_PLUGIN (the MPI launcher's default on EFA nodes) and LD_LIBRARY_PATH point, and
+    its build fails when they are not there."""
+    text = DOCKERFILE.read_text()
+    assert f"--libdir={AWS_OFI_NCCL_LIB_DIR} " in text
+    assert "for lib in libnccl-net-ofi.so libnccl-ofi-tuner.so; do" in text
+    assert f'test -e "{AWS_OFI_NCCL_LIB_DIR}/$lib"' in text
+    assert f"{AWS_OFI_NCCL_LIB_DIR}/libnccl-ofi-tuner.so" == AWS_OFI_NCCL_TUNER
+    ld_library_path = next(line.split("=", 1)[1].split()[0] for line in text.splitlines()
+                           if line.strip().startswith("LD_LIBRARY_PATH="))
+    assert AWS_OFI_NCCL_LIB_DIR in ld_library_path.split(":"), ld_library_path
+    assert "/opt/aws-ofi-nccl" not in text  # the old, second location
