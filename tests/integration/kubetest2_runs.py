@@ -120,6 +120,9 @@ def declared_test(case_name: str) -> TestCase:
 
 def judged_kinds(case: junitparser.TestCase) -> dict[str, str | None]:
     """Each check the case's `checks.ran` names, with the declared kind it is of (None: none)."""
+    # Kinds are declared as their judging modules are imported; loading every suite imports them all,
+    # so the answer does not depend on what this process happened to import before.
+    all_suites()
     ran = case_properties(case).get("checks.ran", "")
     return {name: (kind.name if (kind := kind_of(name)) else None) for name in ran.split(",") if name}
 
