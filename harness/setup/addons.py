@@ -31,7 +31,7 @@ from harness.cluster.labels import MANAGED_BY, MANAGED_BY_LABEL, RUN_ID_LABEL, l
 from harness.cluster.manifests import template_text
 from harness.cluster.resources import Obj
 from harness.cluster.wait import Condition, wait_for
-from harness.config.topology import DEFAULT_TOLERATIONS, GPU_RESOURCE, KWOK_NODE_ANNOTATION
+from harness.config.topology import DEFAULT_TOLERATIONS, EFA_RESOURCE, GPU_RESOURCE, KWOK_NODE_ANNOTATION
 from harness.errors import ConfigError, HarnessError, TestFailure, WaitTimeout
 from harness.framework.context import RunContext
 
@@ -207,53 +207,74 @@ def say(session: RunContext, message: str) -> None:
     print(f"{session.binary}: {message}", file=sys.stderr, flush=True)
 
 
-# NVIDIA's device plugin under any name or namespace: the GPU Operator, the Helm chart and the static
-# manifest all run NVIDIA's image (nvcr.io/nvidia/k8s-device-plugin); the chart labels its pods
-# app.kubernetes.io/name=nvidia-device-plugin, the operator app=nvidia-device-plugin-daemonset.
-DEVICE_PLUGIN_IMAGE = "/k8s-device-plugin"
-DEVICE_PLUGIN_POD_LABELS = frozenset({("app.kubernetes.io/name", "nvidia-device-plugin"),
-                                      ("app", "nvidia-device-plugin-daemonset")})
+@dataclass(frozen=True)
+class DevicePlugin:
+    """A device plugin as found under any name or namespace: the resource it advertises, a fragment
+    of its image's reference, and the labels its installers give its pods."""
+
+    addon: Addon
+    resource: str
+    image: str
+    pod_labels: frozenset[tuple[str, str]]
 
 
-def nvidia_gpu_provider(cluster: Cluster, node_names: tuple[str, ...]) -> str | None:
-    """What already provides nvidia.com/gpu, in words, or None: a DaemonSet anywhere that runs NVIDIA's
-    device plugin (by its image or its pods' labels, whatever its name; the pinned manifest's own
-    object and what this project installed are ensure()'s), else the run's nodes that advertise
-    nvidia.com/gpu with a kubelet behind them (not kwok's, whose capacity is written, not counted).
-    Installing the pinned plugin beside another would make two plugins fight over the same GPUs."""
-    stock = {describe(obj) for obj in addon_objects(NVIDIA_DEVICE_PLUGIN, "")}
+# The GPU Operator, the Helm chart and the static manifest all run NVIDIA's image
+# (nvcr.io/nvidia/k8s-device-plugin); the chart labels its pods app.kubernetes.io/name=nvidia-device-plugin,
+# the operator app=nvidia-device-plugin-daemonset.
+NVIDIA_PLUGIN = DevicePlugin(NVIDIA_DEVICE_PLUGIN, GPU_RESOURCE, "/k8s-device-plugin",
+                             frozenset({("app.kubernetes.io/name", "nvidia-device-plugin"),
+                                        ("app", "nvidia-device-plugin-daemonset")}))
+# The static manifest (aws-samples/aws-efa-eks, upstream's) and the EKS Helm chart run AWS's image
+# (.../eks/aws-efa-k8s-device-plugin); the manifest labels its pods name=, the chart app.kubernetes.io/name=.
+EFA_PLUGIN = DevicePlugin(EFA_DEVICE_PLUGIN, EFA_RESOURCE, "/aws-efa-k8s-device-plugin",
+                          frozenset({("name", "aws-efa-k8s-device-plugin"),
+                                     ("app.kubernetes.io/name", "aws-efa-k8s-device-plugin")}))
+
+
+def provider_of(cluster: Cluster, plugin: DevicePlugin, node_names: tuple[str, ...]) -> str | None:
+    """What already provides the plugin's resource, in words, or None: a DaemonSet anywhere that runs
+    the plugin (by its image or its pods' labels, whatever its name; the pinned manifest's own object
+    and what this project installed are ensure()'s), else the run's nodes that advertise the resource
+    with a kubelet behind them (not kwok's, whose capacity is written, not counted). Installing the
+    pinned plugin beside another would make two plugins fight over the same devices."""
+    stock = {describe(obj) for obj in addon_objects(plugin.addon, "")}
     for ds in cluster.list(cluster.resource("apps/v1", "DaemonSet"))["items"]:
         meta, template = ds["metadata"], ds["spec"]["template"]
         if describe(ds) in stock or (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY:
             continue
         images = [c.get("image", "") for c in template["spec"].get("containers", [])]
-        by_image = next((i for i in images if DEVICE_PLUGIN_IMAGE in i), None)
-        if by_image or DEVICE_PLUGIN_POD_LABELS & set((template["metadata"].get("labels") or {}).items()):
+        by_image = next((i for i in images if plugin.image in i), None)
+        if by_image or plugin.pod_labels & set((template["metadata"].get("labels") or {}).items()):
             return f"DaemonSet {meta['namespace']}/{meta['name']} ({by_image or 'its pods labelled as the plugin'})"
     advertising = [node["metadata"]["name"] for node in cluster.list(cluster.resource("v1", "Node"))["items"]
                    if node["metadata"]["name"] in node_names
                    and KWOK_NODE_ANNOTATION not in (node["metadata"].get("annotations") or {})
-                   and int((node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE, "0")) > 0]
+                   and int((node.get("status", {}).get("allocatable") or {}).get(plugin.resource, "0")) > 0]
     if advertising:
-        return f"nodes {', '.join(advertising)} advertising {GPU_RESOURCE} already"
+        return f"nodes {', '.join(advertising)} advertising {plugin.resource} already"
     return None
 
 
+def ensure_device_plugin(session: RunContext, plugin: DevicePlugin, node_names: tuple[str, ...]) -> None:
+    """The pinned plugin, rolled out on the run's nodes, unless something provides its resource already."""
+    assert session.cluster is not None, "set up device plugins after connecting"
+    provider = provider_of(session.cluster, plugin, node_names)
+    if provider is None:
+        ensure(session, plugin.addon, node_names)
+        return
+    addon = plugin.addon
+    say(session, f"{addon.name}: {plugin.resource} is provided by {provider}: {addon.version} not installed beside it")
+    session.properties[f"addon.{addon.key}"] = f"present before the run as {provider}: not installed, not removed"
+
+
 def set_up_device_plugins(session: RunContext, node_names: tuple[str, ...]) -> None:
-    """The device plugins the configuration asks for, rolled out on the nodes the run will use; the
-    NVIDIA one only where nothing provides nvidia.com/gpu yet (nvidia_gpu_provider)."""
+    """The device plugins the configuration asks for, each only where nothing provides its resource
+    yet (provider_of): NVIDIA's unless --installDevicePlugin=false, EFA's with --efaEnabled (as upstream,
+    which installs the EFA plugin whatever --installDevicePlugin says)."""
     cfg = session.cfg
     if cfg.accelerator != "nvidia":
         return  # no GPUs to advertise
     if cfg.install_device_plugin:
-        assert session.cluster is not None, "set up device plugins after connecting"
-        provider = nvidia_gpu_provider(session.cluster, node_names)
-        if provider is None:
-            ensure(session, NVIDIA_DEVICE_PLUGIN, node_names)
-        else:
-            say(session, f"{NVIDIA_DEVICE_PLUGIN.name}: {GPU_RESOURCE} is provided by {provider}: "
-                f"{NVIDIA_DEVICE_PLUGIN.version} not installed beside it")
-            session.properties[f"addon.{NVIDIA_DEVICE_PLUGIN.key}"] = (f"present before the run as {provider}: "
-                                                                       "not installed, not removed")
+        ensure_device_plugin(session, NVIDIA_PLUGIN, node_names)
     if cfg.efa_enabled:
-        ensure(session, EFA_DEVICE_PLUGIN, node_names)
+        ensure_device_plugin(session, EFA_PLUGIN, node_names)

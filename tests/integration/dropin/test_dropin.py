@@ -272,36 +272,46 @@ def test_a_device_plugin_already_there_is_neither_reapplied_nor_removed(nodes: L
         apps.delete_namespaced_daemon_set(DEVICE_PLUGIN[1], DEVICE_PLUGIN[0])
 
 
+# (plugin, the nodes it serves, the run's extra flags, the stock DaemonSet it must not be installed beside)
+PLUGINS_UNDER_OTHER_NAMES = {
+    "nvidia-device-plugin": (("gpu", 2, 0), (), DEVICE_PLUGIN),
+    "efa-device-plugin": (("p5", 2, 32), ("--efaEnabled=true", "--nodeType=p5.48xlarge"), EFA_PLUGIN),
+}
+
+
+@pytest.mark.parametrize("key", PLUGINS_UNDER_OTHER_NAMES)
 def test_a_device_plugin_under_another_name_and_namespace_is_found_by_its_image(nodes: LocalCluster,
-                                                                               tmp_path: Path):
-    """Issue 43 item 5: the GPU Operator's plugin (its namespace, its name, NVIDIA's image) provides
-    nvidia.com/gpu already: the run installs no second plugin beside it, and says which it found."""
-    nodes.set_nodes("gpu", 2)
+                                                                               tmp_path: Path, key: str):
+    """Issue 43 item 5: a plugin installed by an operator or a Helm chart (its namespace, its name, the
+    plugin's image) provides the resource already: the run installs no second plugin beside it, and
+    says which it found."""
+    (node_type, count, efa), flags, stock_name = PLUGINS_UNDER_OTHER_NAMES[key]
+    nodes.set_nodes(node_type, count, efa=efa)
     core, apps = client.CoreV1Api(nodes.api), client.AppsV1Api(nodes.api)
-    (stock,) = addon_objects_of("nvidia-device-plugin")
+    (stock,) = (obj for obj in addon_objects_of(key) if obj["kind"] == "DaemonSet")
     image = stock["spec"]["template"]["spec"]["containers"][0]["image"]
-    labels = {"app": "operator-plugin-test"}
-    operators = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                 "metadata": {"name": "nvidia-device-plugin-operator-test", "namespace": "gpu-operator-test"},
-                 "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
-                     "containers": [{"name": "nvidia-device-plugin", "image": image}],
-                     "nodeSelector": {"no-node": "has-this"}}}}}
-    core.create_namespace({"metadata": {"name": "gpu-operator-test"}})
+    labels = {"app": "other-installer-test"}
+    name, namespace = f"{key}-other-installer", f"{key}-installer-test"  # one each: deletion is asynchronous
+    others = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": namespace},
+              "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                  "containers": [{"name": key, "image": image}], "nodeSelector": {"no-node": "has-this"}}}}}
+    core.create_namespace({"metadata": {"name": namespace}})
     try:
-        apps.create_namespaced_daemon_set("gpu-operator-test", operators)
+        apps.create_namespaced_daemon_set(namespace, others)
         artifacts = tmp_path / "artifacts"
-        done = kubetest2(nodes, artifacts, "exec", "nvidia.test", "--test.run=TestGPUCapacity", env={**NVIDIA_SUITE})
+        done = kubetest2(nodes, artifacts, "exec", "nvidia.test", "--test.run=TestGPUCapacity", *flags,
+                         env={**NVIDIA_SUITE})
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert "created DaemonSet" not in done.stderr and daemonset(nodes, DEVICE_PLUGIN) is None, done.stderr
-        assert suite_properties(artifacts, "e2e-nvidia")["addon.nvidia-device-plugin"] == (
-            f"present before the run as DaemonSet gpu-operator-test/nvidia-device-plugin-operator-test ({image}): "
-            "not installed, not removed")
+        assert f"created DaemonSet {stock_name[0]}/{stock_name[1]}" not in done.stderr, done.stderr
+        assert daemonset(nodes, stock_name) is None, done.stderr
+        assert suite_properties(artifacts, "e2e-nvidia")[f"addon.{key}"] == (
+            f"present before the run as DaemonSet {namespace}/{name} ({image}): not installed, not removed")
     finally:
         # Gone before the next test looks for a provider: a namespace's deletion is asynchronous.
-        apps.delete_namespaced_daemon_set("nvidia-device-plugin-operator-test", "gpu-operator-test")
-        core.delete_namespace("gpu-operator-test")
-        wait_for(lambda: not apps.list_daemon_set_for_all_namespaces(
-            field_selector="metadata.name=nvidia-device-plugin-operator-test").items, 60, "the operator's plugin to go")
+        apps.delete_namespaced_daemon_set(name, namespace)
+        core.delete_namespace(namespace)
+        wait_for(lambda: not apps.list_daemon_set_for_all_namespaces(field_selector=f"metadata.name={name}").items,
+                 60, "the other installer's plugin to go")
 
 
 def addon_objects_of(key: str) -> list[dict]:
