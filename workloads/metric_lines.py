@@ -42,8 +42,12 @@ and its key is listed in `"nonfinite"`, so a diverged loss is visible rather tha
   step's forward+backward under DDP's no_sync() (no all-reduce), over `compute_steps` steps timed back to back for
   `compute_seconds` seconds (at least the probe's length, KT2T_PROBE_SECONDS, and 3 steps), to set
   beside the step time that includes communication; `compute_ms_per_step_min`/`_max`/`_repeats`:
-  the means of the window's steps cut into consecutive runs (its spread).
-- `params_checksum` (training workloads): equal on every rank when DDP kept the replicas in sync.
+  the means of the window's steps cut into consecutive runs (its spread). Under FSDP (nanogpt
+  `sharding: fsdp`) the window includes the all-gathers and reduce-scatters FSDP cannot compute without.
+- `params_checksum` (training workloads): equal on every rank when DDP kept the replicas in sync; under
+  FSDP the sum over the shards (no rank holds a replica), the same on every rank by construction.
+- nanogpt `sharding` (`ddp` or `fsdp`) and `memory_plan_bytes`: the memory plan's choice and its
+  estimate of one rank's memory (workloads/sharding.py), also printed as rank 0's `memory plan:` line.
 - `nonfinite`: the keys written as null because their value was NaN or infinite (`[]` when none).
 - workload-specific keys besides (e.g. nanogpt `iterations`, `final_step`, `mfu`; bert `steps`).
 """

@@ -1,9 +1,12 @@
-"""nanoGPT-style GPT training with DDP, gradient accumulation, checkpoints and elastic resume.
+"""nanoGPT-style GPT training with DDP or FSDP, gradient accumulation, checkpoints and elastic resume.
 
 Trains a char-level GPT on a small Shakespeare text shipped in the package (nothing is downloaded)
 and prints nanoGPT's `iter N: loss X, time Yms, mfu Z%` lines on rank 0; every rank prints the
 KT2T_STEP and KT2T_METRICS lines of workloads/metric_lines.py.
+Sizes from 0.1M parameters (tiny) to GPT-2 XL's 1.5B; before building the model rank 0 prints
+the memory plan that chose DDP or FSDP (workloads/sharding.py), and `--plan` prints it alone.
 Run: torchrun --nproc_per_node=N -m workloads.nanogpt --size tiny --checkpoint-dir /ckpt
+     python -m workloads.nanogpt --size gpt2-xl --plan --plan-world-size 16 --plan-device-gib 80
 """
 
 from __future__ import annotations
@@ -18,9 +21,8 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
-from workloads import checkpoint, hardware
+from workloads import checkpoint, hardware, sharding
 from workloads.distributed import Session, data_parallel
 from workloads.gpt import GPT, GPTConfig
 from workloads.metric_lines import Reporter, params_checksum, say
@@ -51,6 +53,13 @@ SIZES: dict[str, GPTSize] = {
     # GPT-2 124M as nanoGPT trains it (vocab padded to 50304 for tensor-core friendly shapes);
     # the text's 65 chars use the first ids, so the first loss is ln(50304) and falls fast.
     "gpt2": GPTSize(GPTConfig(12, 12, 768, 1024, 50304), 12, 5, 50, 6e-4, 10),
+    # GPT-2 medium, large and XL: nanoGPT's model.py from_pretrained shapes (350M, 774M, 1558M with
+    # its biases and vocab 50257; 354.6M, 773.6M and 1556.8M here). Learning rates from GPT-3's
+    # table 2.1 (Brown et al. 2020) for the nearest sizes (350M, 760M, 1.3B); micro-batches halve
+    # as the model grows so a replica fits an 80 GB GPU under DDP, FSDP where it does not.
+    "gpt2-medium": GPTSize(GPTConfig(24, 16, 1024, 1024, 50304), 8, 8, 50, 3e-4, 10),
+    "gpt2-large": GPTSize(GPTConfig(36, 20, 1280, 1024, 50304), 4, 16, 50, 2.5e-4, 10),
+    "gpt2-xl": GPTSize(GPTConfig(48, 25, 1600, 1024, 50304), 2, 32, 50, 2e-4, 10),
 }
 
 
@@ -110,6 +119,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--fail-rank", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--sharding", choices=sharding.STRATEGIES, default="auto",
+                        help="ddp: a replica a rank; fsdp: shards (FSDP2); auto: DDP when the memory plan "
+                        "fits a replica in the device, else FSDP")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the parameter count and the memory plan, train nothing")
+    parser.add_argument("--plan-world-size", type=int, help="--plan: ranks to plan for (default WORLD_SIZE, else 1)")
+    parser.add_argument("--plan-device-gib", type=float,
+                        help="--plan: a device's memory in GiB (e.g. 80 for an H100; default this machine's)")
     args = parser.parse_args(argv)
 
     size = SIZES[args.size]
@@ -129,6 +146,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             setattr(args, name, getattr(size, name))
     if args.checkpoint_every and args.checkpoint_dir is None:
         parser.error("--checkpoint-every needs --checkpoint-dir")
+    if args.sharding == "fsdp" and args.checkpoint_dir is not None:
+        parser.error("--checkpoint-dir with --sharding fsdp: checkpoints are whole-model files written by one "
+                     "rank a node; sharded checkpoints are not built yet")
     return args
 
 
@@ -153,19 +173,20 @@ class GPTRun:
     precision: str
     data: torch.Tensor
     model: GPT
-    ddp: DistributedDataParallel
+    wrapped: torch.nn.Module  # what computes: DistributedDataParallel, or the FSDP-sharded model
     optimizer: torch.optim.Optimizer
+    plan: sharding.MemoryPlan
 
     def accumulate_gradients(self, step: int, *, sync: bool) -> float:
         """Forward+backward over the step's micro-batches; all-reduce on the last one when sync."""
         args, device = self.args, self.session.device
         for micro in range(args.grad_accum):
-            # All-reduce gradients only on the last micro-step; earlier ones just accumulate.
-            self.ddp.require_backward_grad_sync = sync and micro == args.grad_accum - 1
+            # Reduce gradients only on the last micro-step; earlier ones just accumulate.
+            sharding.set_gradient_sync(self.wrapped, sync and micro == args.grad_accum - 1)
             seed = ((args.seed * 1_000_003 + step) * 4099 + self.session.env.rank) * 257 + micro
             x, y = get_batch(self.data, args.model.block_size, args.batch_size, seed, device)
             with hardware.autocast(device, self.precision):
-                loss = self.ddp(x, y) / args.grad_accum
+                loss = self.wrapped(x, y) / args.grad_accum
             loss.backward()
         return loss.item() * args.grad_accum  # .item() waits for the GPU: a step's time is real
 
@@ -215,14 +236,27 @@ def build(args: argparse.Namespace, session: Session) -> tuple[GPTRun, int | Non
     data = load_tokens()
     if len(data) <= args.model.block_size + 1:
         raise ValueError(f"block_size {args.model.block_size} is longer than the text ({len(data)} chars)")
+    precision = hardware.resolve_precision(args.precision, device)
+    plan = sharding.plan_memory(args.model, args.batch_size, session.env.world_size, precision,
+                                sharding.device_memory_bytes(device, session.env.local_world_size), args.sharding)
+    if session.is_main:
+        say(plan.line())
+    if plan.strategy == "fsdp" and args.checkpoint_dir is not None:
+        raise sharding.PlanError(f"the memory plan chose FSDP ({plan.why}) but --checkpoint-dir needs a replica a "
+                                 "rank (sharded checkpoints are not built yet): use more memory per rank or a "
+                                 "smaller --size")
     model = GPT(args.model).to(device)
+    if plan.strategy == "fsdp":
+        # FSDP2 replaces the parameters with shards: the optimizer must be built over those.
+        sharding.fully_shard_gpt(model)
     optimizer = hardware.adamw(model.optimizer_groups(args.weight_decay), device, lr=args.lr, betas=(0.9, 0.95))
     resumed_from = resume(args, session, model, optimizer)
-    # Compile the bare model, then wrap: DDP hooks stay outside the graph (nanoGPT's order).
-    compiled = torch.compile(model) if args.compile else model
-    ddp = data_parallel(compiled, session)
-    precision = hardware.resolve_precision(args.precision, device)
-    return GPTRun(args, session, precision, data, model, ddp, optimizer), resumed_from
+    if plan.strategy == "fsdp":
+        wrapped: torch.nn.Module = torch.compile(model) if args.compile else model
+    else:
+        # Compile the bare model, then wrap: DDP hooks stay outside the graph (nanoGPT's order).
+        wrapped = data_parallel(torch.compile(model) if args.compile else model, session)
+    return GPTRun(args, session, precision, data, model, wrapped, optimizer, plan), resumed_from
 
 
 def iter_line(step: int, loss: float, ms: float, mfu: float | None) -> str:
@@ -234,7 +268,11 @@ def iter_line(step: int, loss: float, ms: float, mfu: float | None) -> str:
 def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> None:
     run, resumed_from = build(args, session)
     # Seeds of step -1 are never trained on: the probe's batches are not the training's.
-    compute = compute_window(run.ddp, lambda: run.accumulate_gradients(-1, sync=False), session.device)
+    # FSDP cannot compute without its collectives (a block's weights are all-gathered), and gradients it
+    # accumulates unsynced stay in unsharded buffers that zero_grad() does not clear, so they would leak
+    # into the first step: under FSDP the window reduces its gradients, and its time includes that.
+    sync_window = run.plan.strategy == "fsdp"
+    compute = compute_window(run.wrapped, lambda: run.accumulate_gradients(-1, sync=sync_window), session.device)
     reporter.steps_requested = args.max_iters
     peak = hardware.device_peak_flops(session.device)
     tokens_per_iter = args.batch_size * args.grad_accum * args.model.block_size
@@ -266,6 +304,8 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
     reporter.finish(
         {
             "size": args.size,
+            "sharding": run.plan.strategy,
+            "memory_plan_bytes": run.plan.estimate_bytes,
             "precision": run.precision,
             "compiled": args.compile,
             "tokens_per_s": tokens_per_iter / sec_per_iter,
@@ -277,12 +317,40 @@ def train(args: argparse.Namespace, session: Session, reporter: Reporter) -> Non
             "resumed_from_step": resumed_from,
             "iterations": len(iter_times),
             "final_step": step,
-            "params_checksum": params_checksum(run.model.parameters()),
+            # Under FSDP no rank holds a replica: the sum over the shards, the same on every rank.
+            "params_checksum": params_checksum(run.model.parameters()) if run.plan.strategy == "ddp"
+            else sharding.sharded_checksum(run.model),
         }
     )
 
 
-main = workload_main("nanogpt", parse_args, train)
+def print_plan(args: argparse.Namespace) -> int:
+    """--plan: the size's parameter counts and its memory plan for --plan-world-size ranks on a device
+    of --plan-device-gib (this machine's when unset); nothing is allocated or trained."""
+    world_size = args.plan_world_size or int(os.environ.get("WORLD_SIZE") or 1)
+    if args.plan_device_gib is not None:
+        device_bytes: int | None = int(args.plan_device_gib * sharding.GIB)
+        precision = "bf16" if args.precision == "auto" else args.precision  # every GPU with a floor has bf16
+    else:
+        device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+        device_bytes = sharding.device_memory_bytes(device, 1)
+        precision = hardware.resolve_precision(args.precision, device)
+    model = sharding.meta_model(args.model)
+    say(f"{args.size}: {model.num_params(non_embedding=False) / 1e6:.2f}M parameters "
+        f"({model.num_params() / 1e6:.2f}M without position embeddings, nanoGPT's count); "
+        f"training FLOPs {model.flops_per_token():.4g} a token")
+    plan = sharding.plan_memory(args.model, args.batch_size, world_size, precision, device_bytes, args.sharding)
+    say(plan.line())
+    return 0
+
+
+_train_main = workload_main("nanogpt", parse_args, train)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train (under torchrun, mpirun or alone), or with --plan print the plan only."""
+    args = parse_args(argv)
+    return print_plan(args) if args.plan else _train_main(argv)
 
 if __name__ == "__main__":
     run_main("workloads.nanogpt", main)
