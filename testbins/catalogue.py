@@ -46,7 +46,8 @@ CHECKS_END = "<!-- End of the generated check table. -->"
 
 
 # Throughput floors the table derives, per workload/size the suites run (thresholds.throughput_floor).
-FLOOR_COMBOS = (("bert", "base"), ("bert", "large"), ("nanogpt", "gpt2"), ("mnist", "full"))
+FLOOR_COMBOS = (("bert", "base"), ("bert", "large"), ("nanogpt", "gpt2"), ("nanogpt", "gpt2-medium"),
+                ("nanogpt", "gpt2-large"), ("nanogpt", "gpt2-xl"), ("mnist", "full"))
 
 
 def _cell(text: object) -> str:
@@ -215,7 +216,8 @@ def _threshold_lines() -> list[str]:
             lines.append(f"| `{name}` | {workload}/{size} | {f'{floor.value:.4g}' if floor else 'none'} | "
                          f"{_cell(floor.derivation if floor else why)} |")
     lines += ["", "The training tests run `base` sizes on GPUs by default (`WORKLOAD_SIZE`: nanoGPT's base is "
-              "`small`, which has no floor by design, `large` is `gpt2`).", "",
+              "`small`, which has no floor by design, `large` is `gpt2`; `gpt2-medium`, `gpt2-large` and "
+              "`gpt2-xl` size nanoGPT alone).", "",
               "### Bus bandwidth floors", "",
               "Judged at 0.9 x the floor on the sweep's largest message, which must reach the floor's size.", "",
               "| node type | topology | collective | GB/s | at size | nodes | source |",

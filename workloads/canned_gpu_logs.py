@@ -33,7 +33,7 @@ from unittest import mock
 
 import torch
 
-from . import bert, hardware, metric_lines, mnist, nanogpt
+from . import bert, hardware, metric_lines, mnist, nanogpt, sharding
 from .distributed import DistEnv, Session
 from .flops import table
 from .probe import PROBE_REPEATS, spread
@@ -58,14 +58,15 @@ class Shape:
     probe_tflops: float  # the matmul probe at n=8192 in probe_dtype
     probe_dtype: str
     h2d_gbps: float
+    gpu_memory_bytes: int  # the GB in the GPU's name: what the memory plan is made for
 
 
 SHAPES = {
     # H100 SXM: 989 TFLOP/s dense bf16 (nanoGPT pull 464); the probe at ~75% of it, PCIe 5 x16 H2D.
-    "p5": Shape("p5", "p5.48xlarge", "NVIDIA H100 80GB HBM3", 989e12, "bf16", 740.0, "bfloat16", 52.0),
+    "p5": Shape("p5", "p5.48xlarge", "NVIDIA H100 80GB HBM3", 989e12, "bf16", 740.0, "bfloat16", 52.0, 80 * 10**9),
     # V100 SXM2: no native bf16, so the workloads train fp32 (15 TFLOP/s) and probe fp16 tensor cores
     # (125 TFLOP/s peak, ~80% reached); PCIe 3 x16 H2D.
-    "p3": Shape("p3", "p3.16xlarge", "Tesla V100-SXM2-16GB", 15e12, "fp32", 100.0, "float16", 11.5),
+    "p3": Shape("p3", "p3.16xlarge", "Tesla V100-SXM2-16GB", 15e12, "fp32", 100.0, "float16", 11.5, 16 * 10**9),
 }
 # The MFU each workload is assumed to reach on a healthy node (twice the draft floor's minimum, or the
 # published anchor itself): bert fp32 5.6% is upstream's measured p3 run (aws-k8s-tester pull 467);
@@ -191,11 +192,14 @@ def nanogpt_log(shape: Shape, variant: str, rng: random.Random) -> dict[int, lis
     timed = iter_ms[nanogpt.MFU_WARMUP_ITERS:]
     sec_per_iter = sum(timed) / len(timed) / 1000
     flops_per_iter = flops_per_token * tokens_per_iter
+    plan = sharding.plan_memory(spec.model, spec.batch_size, NODES * GPUS, shape.precision, shape.gpu_memory_bytes)
     out: dict[int, list[str]] = {}
     for r in members:
         lines = out.setdefault(r.rank // GPUS, [])
         with reporting_as(r, shape, lines) as session:
             reporter = metric_lines.Reporter("nanogpt", session, probe(rng, shape, r.speed))
+            if r.rank == 0:
+                lines.append(plan.line())
             reporter.steps_requested = spec.max_iters
             running: float | None = None
             for step in range(spec.max_iters):
@@ -208,7 +212,8 @@ def nanogpt_log(shape: Shape, variant: str, rng: random.Random) -> dict[int, lis
                         running = mfu if running is None else 0.9 * running + 0.1 * mfu
                     lines.append(nanogpt.iter_line(step, loss, iter_ms[step], running if running is not None else mfu))
             reporter.finish({
-                "size": size, "precision": shape.precision, "compiled": True,
+                "size": size, "sharding": plan.strategy, "memory_plan_bytes": plan.estimate_bytes,
+                "precision": shape.precision, "compiled": True,
                 "tokens_per_s": tokens_per_iter / sec_per_iter, "ms_per_iter": sec_per_iter * 1000,
                 **compute_window(rng, tokens_per_iter / healthy * 1000 * STEP_COMPUTE_SHARE / r.speed),
                 "mfu": flops_per_iter / sec_per_iter / peak if peak else None, "peak_flops": peak,

@@ -50,6 +50,9 @@ TRAINING = "config"
 E2E_FRAMEWORK = "e2e-framework flags"
 KLOG = "klog flags"
 DEFAULT_ARTIFACTS = "_artifacts"
+# WORKLOAD_SIZE's values: the generic three, then nanoGPT's GPT-2 sizes (testbins/nvidia_training/common.py
+# maps each to every workload's own size names).
+WORKLOAD_SIZES = ("tiny", "base", "large", "gpt2-medium", "gpt2-large", "gpt2-xl")
 # upstream's default --pytorchImage (test/cases/nvidia/main_test.go): an AWS Deep Learning Container.
 # The images this project builds (`hack/images build`; their names are localcluster/images/names.py's),
 # tagged with the project's version, never `latest`: they exist only where they were built and pushed
@@ -260,8 +263,10 @@ class Config:
                                     "a ClusterTrainingRuntime name (RFC 1123 label)",
                                     env="TRAINJOB_RUNTIME", default="torch-distributed")
     workload_size: str | None = setting("model size of the training workloads; unset: tiny on cpu or with "
-                                        "-test.short, base on nvidia", choice("tiny", "base", "large"),
-                                        "tiny, base or large", env="WORKLOAD_SIZE")
+                                        "-test.short, base on nvidia. gpt2-medium, gpt2-large and gpt2-xl "
+                                        "(350M to 1.5B parameters) size nanoGPT (its tests and elastic "
+                                        "recovery's), the other workloads take their large size",
+                                        choice(*WORKLOAD_SIZES), ", ".join(WORKLOAD_SIZES), env="WORKLOAD_SIZE")
     job_timeout: float = setting("how long each test waits for its job (Go duration)", parse_duration,
                                  "a Go duration like 20m", env="JOB_TIMEOUT", default=20 * 60.0)
     discovery_timeout: float = setting("how long to wait for nodes to advertise their GPUs, and for device "

@@ -53,7 +53,8 @@ LOSS = declare(
 )
 REPLICAS = declare(
     "replicas",
-    "`params_checksum` differs between ranks (DDP did not keep the replicas equal) or is missing",
+    "`params_checksum` differs between ranks (DDP did not keep the replicas equal) or is missing (not applicable "
+    "when every rank trained FSDP shards, `sharding: fsdp`: there are no replicas)",
 )
 DEVICE = declare(
     "device",
@@ -243,6 +244,9 @@ def check_replicas(metrics: WorkloadMetrics, spec: WorkloadSpec) -> Check:
         return REPLICAS.not_applicable(f"{spec.workload} trains nothing")
     if metrics.source_format != FORMAT_KT2T:
         return REPLICAS.not_applicable(f"{FORMAT_NAMES[metrics.source_format]} carry no params_checksum")
+    if metrics.ranks and all(r.values.get("sharding") == "fsdp" for r in metrics.ranks):
+        return REPLICAS.not_applicable("every rank trained FSDP shards (sharding: fsdp): no replicas to compare, "
+                                       "params_checksum is the sum over the shards")
     if missing := [_missing(r, "params_checksum") for r in metrics.ranks if _number(r, "params_checksum") is None]:
         return REPLICAS.failed("replicas: " + "; ".join(missing[:MAX_LISTED]))
     checksums: dict[float, list[int]] = {}

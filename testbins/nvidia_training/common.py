@@ -8,11 +8,13 @@ from harness.framework.context import TestContext
 from harness.jobs.assessment import assess
 from harness.jobs.job import Job
 
-# Each workload's size names for WORKLOAD_SIZE tiny / base / large.
+# Each workload's size names for WORKLOAD_SIZE (harness.config.settings.WORKLOAD_SIZES): tiny / base / large,
+# and GPT-2's larger sizes, which are nanoGPT's own and leave the other workloads at their large size.
+GPT2_SIZES = ("gpt2-medium", "gpt2-large", "gpt2-xl")
 SIZES = {
-    "bert": {"tiny": "tiny", "base": "base", "large": "large"},
-    "nanogpt": {"tiny": "tiny", "base": "small", "large": "gpt2"},
-    "mnist": {"tiny": "tiny", "base": "full", "large": "full"},
+    "bert": {"tiny": "tiny", "base": "base", "large": "large"} | dict.fromkeys(GPT2_SIZES, "large"),
+    "nanogpt": {"tiny": "tiny", "base": "small", "large": "gpt2"} | {size: size for size in GPT2_SIZES},
+    "mnist": {"tiny": "tiny", "base": "full", "large": "full"} | dict.fromkeys(GPT2_SIZES, "full"),
 }
 
 

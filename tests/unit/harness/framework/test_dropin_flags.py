@@ -108,6 +108,20 @@ def test_short_makes_the_workloads_tiny():
                                              "bert") == "large"  # a size asked for wins
 
 
+@pytest.mark.parametrize("size", ["gpt2-medium", "gpt2-large", "gpt2-xl"])
+def test_a_gpt2_size_sizes_nanogpt_and_leaves_the_others_at_large(size):
+    cfg = resolve(parse_args([]), {"WORKLOAD_SIZE": size})
+    assert (workload_size(cfg, "nanogpt"), workload_size(cfg, "bert"), workload_size(cfg, "mnist")) == \
+        (size, "large", "full")
+
+
+def test_every_workload_size_names_a_size_of_every_workload():
+    from harness.config.settings import WORKLOAD_SIZES
+    from testbins.nvidia_training.common import SIZES
+
+    assert all(set(sizes) == set(WORKLOAD_SIZES) for sizes in SIZES.values()), SIZES
+
+
 # -- selection -----------------------------------------------------------------------------------
 
 def names(selector: Selector, suite: Suite) -> list[str]:

@@ -243,6 +243,17 @@ def test_not_applicable_only_where_it_does_not_apply():
     assert "not applicable: device (the accelerator is not known" in verdict.summary()
 
 
+def test_fsdp_shards_have_no_replicas_to_compare_but_ddp_replicas_still_do():
+    fsdp = {"sharding": "fsdp"}
+    sharded = verdict_of(Run(log_of(records(2, "nanogpt", r0=fsdp, r1={**fsdp, "params_checksum": 5.0})), "nanogpt"))
+    replicas = next(c for c in sharded.checks if c.name == "replicas")
+    assert replicas.status == Status.NOT_APPLICABLE and "FSDP shards" in replicas.message, replicas
+    # One rank on DDP: the replicas are judged, and these diverged.
+    mixed = verdict_of(Run(log_of(records(2, "nanogpt", r0=fsdp, r1={"sharding": "ddp", "params_checksum": 5.0})),
+                           "nanogpt"))
+    assert next(c for c in mixed.checks if c.name == "replicas").status == Status.FAIL
+
+
 def test_the_first_failing_check_is_the_message_and_a_threshold_is_threshold_missed():
     verdict = verdict_of(Run(bert_upstream(2, "5.00"), node_type="p3.16xlarge"))
     with pytest.raises(ThresholdMissed, match="^threshold: throughput on rank 0"):
