@@ -138,6 +138,16 @@ def assert_checks_declared(cases: dict[str, junitparser.TestCase]) -> None:
                            f"it declares {sorted(declared)} (testbins/, checks=)")
 
 
+def assert_judged_as_declared(name: str, case: junitparser.TestCase) -> None:
+    """A healthy run's case judged every check its test declares, those made only in some runs (EFA
+    expected, a BASELINE: `only_when`) at most, and nothing else: docs/TESTS.md is what the run did."""
+    made = set(judged_kinds(case).values())
+    declared = {kind.name: kind for kind in declared_test(name).checks}
+    always = {kind_name for kind_name, kind in declared.items() if not kind.only_when}
+    assert always <= made <= set(declared), (f"{name}: judged but not declared: {sorted(made - set(declared))}; "
+                                             f"declared but not judged: {sorted(always - made)}")
+
+
 def case_properties(case: junitparser.TestCase) -> dict[str, str]:
     return {p.get("name"): p.get("value") for p in case._elem.iter("property")}
 

@@ -32,6 +32,7 @@ from ..kubetest2_runs import (
     UPSTREAM_NVIDIA_RUN,
     UPSTREAM_TEST_IMAGE,
     VENV_BIN,
+    assert_judged_as_declared,
     case_properties,
     junit_cases,
     kt2t_bin,
@@ -95,6 +96,7 @@ def test_upstream_nccl_ci_line_runs_the_three_multi_node_features(nodes: LocalCl
         assert props["check.busbw.floor"].startswith("informational: upstream's TestMPIJobPytorchTraining "), props
         assert props["check.busbw.table"].startswith("informational: "), props
         assert float(props["metrics.busbw.average_gbps"]) > 30
+        assert_judged_as_declared(name, cases[name])
     # upstream's rules: 16G and an 8 MiB NCCL buffer on p5 (RDMA read)
     (mpijob,) = yaml.safe_load_all((artifacts / "e2e-nvidia" / "TestMPIJobPytorchTraining" / "multi-node_alltoall_perf"
                                     / "manifests" / "mpijob.yaml").read_text())

@@ -12,7 +12,7 @@ import pytest
 
 from ..conftest import LocalCluster, ensure_default_nodes
 from ..kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
-from ..kubetest2_runs import case_properties, junit_cases, kubetest2
+from ..kubetest2_runs import assert_judged_as_declared, case_properties, junit_cases, kubetest2
 
 pytestmark = pytest.mark.integration
 
@@ -39,27 +39,30 @@ def run(cluster: LocalCluster, artifacts: Path, workload: str, shape: str, varia
                      f"--nodeType={NODE_TYPES[shape]}",
                      env={"ACCELERATOR": "nvidia",
                           "POD_ANNOTATIONS": f"{CANNED}={workload}-{shape}-{variant}-{{index}}"})
-    return done, case_properties(junit_cases(artifacts, "e2e-nvidia-training")[test])
+    return done, junit_cases(artifacts, "e2e-nvidia-training")[test]
 
 
 @pytest.mark.parametrize("workload", sorted(TESTS))
 def test_a_healthy_gpu_run_judges_an_applicable_floor_and_compute_straggler_check(
         cluster: LocalCluster, shape: str, workload: str, tmp_path: Path):
-    done, props = run(cluster, tmp_path / "artifacts", workload, shape, "healthy")
+    done, case = run(cluster, tmp_path / "artifacts", workload, shape, "healthy")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    props = case_properties(case)
     assert props["execution"] == "canned", props
     assert props["check.throughput_minimum"].startswith("pass: every rank >= "), props
     assert "margin " in props["check.throughput_minimum"], props
     assert props["check.straggler.compute_ms_per_step"].startswith("pass: "), props
     assert props["check.device"].startswith("pass: ") and props["check.gpus"].startswith("pass: "), props
+    assert_judged_as_declared(TESTS[workload], case)
 
 
 @pytest.mark.parametrize("workload", sorted(TESTS))
 def test_a_slow_gpu_node_is_named(cluster: LocalCluster, shape: str, workload: str, tmp_path: Path):
     if shape != "p5":
         pytest.skip("one shape is enough for the failure path (the unit tests judge both offline)")
-    done, props = run(cluster, tmp_path / "artifacts", workload, shape, "straggler")
+    done, case = run(cluster, tmp_path / "artifacts", workload, shape, "straggler")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    props = case_properties(case)
     named = props["check.straggler.compute_ms_per_step"]
     assert named.startswith("fail: ") and "node kwok-p5-1 (ranks 8-15" in named, props
     assert "kwok-p5-0" not in named, named

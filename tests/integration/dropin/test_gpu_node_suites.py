@@ -13,7 +13,7 @@ import pytest
 
 from ..conftest import LocalCluster, ensure_default_nodes
 from ..kubetest2_runs import CANNED_LOG_ANNOTATION as CANNED
-from ..kubetest2_runs import UPSTREAM_TEST_IMAGE, case_properties, junit_cases, kubetest2
+from ..kubetest2_runs import UPSTREAM_TEST_IMAGE, assert_judged_as_declared, case_properties, junit_cases, kubetest2
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +58,7 @@ def test_upstreams_ci_line_passes_on_healthy_gpu_nodes(p5: LocalCluster, tmp_pat
         judged = {k: v for k, v in props.items() if k.startswith(f"check.{check}.")}
         assert judged and all(v.startswith("pass: ") for v in judged.values()), props
         assert props["execution"] == "canned", props
+        assert_judged_as_declared(name, cases[name])
 
 
 @pytest.mark.parametrize("folder", sorted(LINES))

@@ -19,10 +19,9 @@ from ..conftest import LocalCluster, ensure_default_nodes
 from ..kubetest2_runs import (
     TRAINING_SUITE,
     SuiteRun,
+    assert_judged_as_declared,
     assert_runner_junit_intact,
     case_properties,
-    declared_test,
-    judged_kinds,
     kubetest2,
     run_as_service_account,
     suite_properties,
@@ -79,9 +78,7 @@ def test_training_suite_passes_every_test(training: SuiteRun):
 def test_a_healthy_run_judges_every_check_its_test_declares(training: SuiteRun, test: str):
     """docs/TESTS.md lists each test's declared checks: a healthy CPU run makes every one of them but
     those made only in some runs (EFA expected, a BASELINE), and nothing else."""
-    made = set(judged_kinds(training.cases()[test]).values())
-    always = {kind.name for kind in declared_test(test).checks if not kind.only_when}
-    assert made == always, f"judged but not declared: {made - always}; declared but not judged: {always - made}"
+    assert_judged_as_declared(test, training.cases()[test])
 
 
 @pytest.mark.parametrize("test", TRAINING_TESTS)
