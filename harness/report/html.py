@@ -62,7 +62,7 @@ def parse_time(text: str) -> datetime | None:
     text = text.strip().replace("Z", "+00:00").replace("z", "+00:00")
     if "." in text:  # Python before 3.11 takes at most 6 fraction digits
         head, _, tail = text.partition(".")
-        digits = "".join(c for c in tail if c.isdigit())
+        digits = tail[:len(tail) - len(tail.lstrip("0123456789"))]  # the fraction's, not the offset's
         text = f"{head}.{digits[:6].ljust(6, '0')}{tail[len(digits):]}"
     try:
         parsed = datetime.fromisoformat(text)

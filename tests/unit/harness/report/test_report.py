@@ -313,3 +313,17 @@ def test_chart_helpers() -> None:
     assert log2_ticks(8, 2 ** 34)[0] == 8 and len(log2_ticks(8, 2 ** 34)) <= 9
     points = [(float(i), float(i)) for i in range(1000)]
     assert len(thin(points, 100)) <= 101 and thin(points, 100)[-1] == points[-1]
+
+
+@pytest.mark.parametrize(("stamp", "expected"), [
+    ("2026-11-30T21:40:00.5Z", "2026-11-30T21:40:00.500000+00:00"),
+    ("2026-11-30T21:40:00.123456789Z", "2026-11-30T21:40:00.123456+00:00"),
+    # The offset's digits are not the fraction's: they once were, and the time moved and lost its zone.
+    ("2026-11-30T21:40:00.25+02:00", "2026-11-30T21:40:00.250000+02:00"),
+    ("2026-11-30T21:40:00Z", "2026-11-30T21:40:00+00:00"),
+])
+def test_event_times_parse_with_any_fraction_and_offset(stamp: str, expected: str):
+    from harness.report.html import parse_time
+
+    parsed = parse_time(stamp)
+    assert parsed is not None and parsed.isoformat() == expected, parsed
