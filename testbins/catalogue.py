@@ -186,7 +186,12 @@ def _tests_section(suite: Suite, binary_doc: str) -> list[str]:
         own = ", ".join(f"`{s}`" for s in test_settings(test))
         lines += ["", f"Settings that change it: {own} (docs/SETTINGS.md), besides every test's {every}." if own
                   else f"Settings that change it: every test's {every} (docs/SETTINGS.md).", ""]
+        lines += [f"Rights: {' + '.join(f'`{f}`' for f in test.rbac)} (docs/RBAC.md){RUN_WIDE_RIGHTS}.", ""]
     return lines
+
+
+# What set-up asks of the whole run, whichever test it runs (harness/setup/addons.py).
+RUN_WIDE_RIGHTS = "; set-up's device plugin installs need `manifests/rbac-addons.yaml` for the whole run"
 
 
 def _fails_when(kind: CheckKind) -> str:

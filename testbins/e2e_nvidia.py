@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.framework.suite import GPU, GPU_EFA, NVIDIA, Feature, Suite
+from harness.framework.suite import ADDON_RBAC, GPU, GPU_EFA, NVIDIA, RUN_ONLY_RBAC, Feature, Suite
 from harness.jobs.assessment import ASSESSED_PARSE, ASSESSED_TRAINING
 from harness.runner import main as run_suite
 from harness.setup.gpu_sharing import MPS, TIME_SLICING
@@ -104,7 +104,8 @@ SUITE.features("TestTimeSlicing", upstream=True, features=[
 ], checks=(GPU_SHARING_ADVERTISED, GPU_SHARING_OVERLAP, GPU_SHARING_UUIDS),
     settings=("TIME_SLICING_ENABLED", *GPU_SHARING_SETTINGS),
     launches="the NVIDIA device plugin replaced by one sharing each GPU by time-slicing, every node of the type "
-    "filled with pods of one GPU each, then everything restored (opt-in, upstream's #813)")
+    "filled with pods of one GPU each, then everything restored (opt-in, upstream's #813)",
+    rbac=(RUN_ONLY_RBAC, ADDON_RBAC))
 # upstream's name is TestMps (#817); TestMPS, this project's earlier name, still selects it.
 SUITE.features("TestMps", upstream=True, aliases=("TestMPS",), features=[
     Feature("mps", gpu_sharing(MPS), GPU, ("node advertises MPS-shared GPUs",
@@ -112,7 +113,8 @@ SUITE.features("TestMps", upstream=True, aliases=("TestMPS",), features=[
                                            "GPU is in EXCLUSIVE_PROCESS compute mode")),
 ], checks=(GPU_SHARING_ADVERTISED, GPU_SHARING_OVERLAP, GPU_SHARING_UUIDS, GPU_SHARING_COMPUTE_MODE),
     settings=("MPS_ENABLED", *GPU_SHARING_SETTINGS),
-    launches="the same through the NVIDIA MPS control daemon (opt-in, upstream's #817)")
+    launches="the same through the NVIDIA MPS control daemon (opt-in, upstream's #817)",
+    rbac=(RUN_ONLY_RBAC, ADDON_RBAC))
 
 
 def main() -> None:

@@ -58,6 +58,13 @@ class Feature:
         return f"{self.name} [{labels}]" if labels else self.name
 
 
+# The RBAC files a test needs (docs/RBAC.md): the run-only one always; the add-on rights as well for a
+# test that itself installs in kube-system (GPU sharing replaces the NVIDIA device plugin). Set-up's
+# device plugin installs need the add-on rights for the whole run, whichever tests it runs.
+RUN_ONLY_RBAC = "manifests/rbac.yaml"
+ADDON_RBAC = "manifests/rbac-addons.yaml"
+
+
 @dataclass(frozen=True)
 class TestCase:
     """A registered test: its Go-style name and its features, run in order."""
@@ -76,6 +83,7 @@ class TestCase:
     launches: str = ""
     checks: tuple[CheckKind, ...] = ()
     settings: tuple[str, ...] = ()
+    rbac: tuple[str, ...] = (RUN_ONLY_RBAC,)
     __test__ = False  # not a pytest test class
 
     @property
@@ -121,14 +129,16 @@ class Suite:
 
     def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True,
                  upstream: bool = False, aliases: tuple[str, ...] = (), launches: str = "",
-                 checks: tuple[CheckKind, ...] = (), settings: tuple[str, ...] = ()) -> None:
+                 checks: tuple[CheckKind, ...] = (), settings: tuple[str, ...] = (),
+                 rbac: tuple[str, ...] = (RUN_ONLY_RBAC,)) -> None:
         """Register a test made of several features, each run as the subtest `name/<feature>`, with
         what it launches (a phrase), the kinds of check that judge it (harness.verdict.checks.declare)
-        and the settings (env names, or --flags) that change it besides its checks' own."""
+        and the settings (env names, or --flags) that change it besides its checks' own; `rbac` the
+        RBAC files it needs (RUN_ONLY_RBAC, and ADDON_RBAC where it installs in kube-system itself)."""
         if any(test.name == name for test in self.tests):
             raise ValueError(f"suite {self.binary}: two tests named {name}")
         self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream, aliases,
-                                   " ".join(launches.split()), checks, settings))
+                                   " ".join(launches.split()), checks, settings, rbac))
 
     def as_invoked(self, called: str, pattern: str | None) -> Suite:
         """The suite as the name it was called by offers it. Under upstream's names (`aliases`) an

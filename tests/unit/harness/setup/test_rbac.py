@@ -193,3 +193,24 @@ def test_the_harness_sets_its_own_namespace_and_labels():
         assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubetest2-training",
                                              "kubetest2-training/run-id": "r1"}
     assert "namespace" not in role["metadata"]
+
+
+def test_each_test_declares_the_rbac_files_it_needs():
+    """A test whose own code installs in kube-system (it imports harness.setup.gpu_sharing, which asks
+    for the add-on rights) declares manifests/rbac-addons.yaml; every other test the run-only file
+    alone; both files exist. docs/TESTS.md prints each test's declaration."""
+    import inspect
+    import sys
+
+    from harness.framework.suite import ADDON_RBAC, RUN_ONLY_RBAC
+    from testbins.suites import all_suites
+
+    assert (REPO / RUN_ONLY_RBAC).is_file() and (REPO / ADDON_RBAC).is_file()
+    for suite in all_suites():
+        for test in suite.tests:
+            modules = [m for m in {inspect.getmodule(f.func) for f in test.features} if m is not None]
+            installs = any(getattr(value, "__module__", None) == "harness.setup.gpu_sharing"
+                           for m in modules for value in vars(m).values())
+            expected = (RUN_ONLY_RBAC, ADDON_RBAC) if installs else (RUN_ONLY_RBAC,)
+            assert test.rbac == expected, (suite.binary, test.name, test.rbac)
+    assert "harness.setup.gpu_sharing" in sys.modules
