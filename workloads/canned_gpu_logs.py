@@ -192,7 +192,8 @@ def nanogpt_log(shape: Shape, variant: str, rng: random.Random) -> dict[int, lis
     timed = iter_ms[nanogpt.MFU_WARMUP_ITERS:]
     sec_per_iter = sum(timed) / len(timed) / 1000
     flops_per_iter = flops_per_token * tokens_per_iter
-    plan = sharding.plan_memory(spec.model, spec.batch_size, NODES * GPUS, shape.precision, shape.gpu_memory_bytes)
+    plan = sharding.plan_memory(sharding.meta_model(spec.model), spec.batch_size, NODES * GPUS, shape.precision,
+                                shape.gpu_memory_bytes)
     out: dict[int, list[str]] = {}
     for r in members:
         lines = out.setdefault(r.rank // GPUS, [])

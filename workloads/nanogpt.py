@@ -237,7 +237,7 @@ def build(args: argparse.Namespace, session: Session) -> tuple[GPTRun, int | Non
     if len(data) <= args.model.block_size + 1:
         raise ValueError(f"block_size {args.model.block_size} is longer than the text ({len(data)} chars)")
     precision = hardware.resolve_precision(args.precision, device)
-    plan = sharding.plan_memory(args.model, args.batch_size, session.env.world_size, precision,
+    plan = sharding.plan_memory(sharding.meta_model(args.model), args.batch_size, session.env.world_size, precision,
                                 sharding.device_memory_bytes(device, session.env.local_world_size), args.sharding)
     if session.is_main:
         say(plan.line())
@@ -339,7 +339,7 @@ def print_plan(args: argparse.Namespace) -> int:
     say(f"{args.size}: {model.num_params(non_embedding=False) / 1e6:.2f}M parameters "
         f"({model.num_params() / 1e6:.2f}M without position embeddings, nanoGPT's count); "
         f"training FLOPs {model.flops_per_token():.4g} a token")
-    plan = sharding.plan_memory(args.model, args.batch_size, world_size, precision, device_bytes, args.sharding)
+    plan = sharding.plan_memory(model, args.batch_size, world_size, precision, device_bytes, args.sharding)
     say(plan.line())
     return 0
 

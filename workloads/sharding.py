@@ -28,6 +28,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from workloads.gpt import GPT, GPTConfig
+from workloads.metric_lines import params_checksum
 
 STATE_BYTES = 16  # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
 DDP_BUCKET_BYTES = 4  # DDP's reducer buckets: a second fp32 gradient (gradient_as_bucket_view off)
@@ -95,21 +96,23 @@ def activation_bytes(cfg: GPTConfig, micro_batch: int, precision: str) -> int:
     return cfg.n_layer * per_layer + LOGIT_BYTES[precision] * tokens * cfg.vocab_size
 
 
-def plan_memory(cfg: GPTConfig, micro_batch: int, world_size: int, precision: str, device_bytes: int | None,
+def plan_memory(model: GPT, micro_batch: int, world_size: int, precision: str, device_bytes: int | None,
                 requested: str = "auto") -> MemoryPlan:
-    """Estimate both strategies and choose: `requested` when it is ddp or fsdp, else DDP when a
-    replica fits, FSDP when only shards do (and there is more than one rank). When neither fits it
-    stays DDP, as a run without a plan would, and says so: the estimate errs high (no activation is
-    freed early), so it warns rather than refuses, and an out-of-memory error would confirm it."""
+    """Estimate both strategies for `model` (its meta_model is enough) and choose: `requested` when it
+    is ddp or fsdp, else DDP when a replica fits, FSDP when only shards do (and there is more than one
+    rank). When neither fits it stays DDP, as a run without a plan would, and says so: the estimate
+    errs high (no activation is freed early), so it warns rather than refuses, and an out-of-memory
+    error would confirm it."""
     if requested not in STRATEGIES:
         raise PlanError(f"sharding {requested!r} is not one of {', '.join(STRATEGIES)}")
-    params = meta_model(cfg).num_params(non_embedding=False)
+    cfg = model.config
+    params = model.num_params(non_embedding=False)
     activations = activation_bytes(cfg, micro_batch, precision)
     autocast = AUTOCAST_COPY_BYTES if precision == "bf16" else 0
     ddp = params * (STATE_BYTES + DDP_BUCKET_BYTES + autocast) + activations
-    h = cfg.n_embd
-    root = (cfg.vocab_size + cfg.block_size) * h + h  # wte (= the tied lm_head), wpe, ln_f
-    block = 12 * h * h + 2 * h
+    # FSDP's units (fully_shard_gpt): each block, and the root's own wte (= the tied lm_head), wpe, ln_f.
+    block = sum(p.numel() for p in model.blocks[0].parameters())
+    root = params - cfg.n_layer * block
     fsdp = params * STATE_BYTES // world_size + UNSHARDED_BYTES * (root + 2 * block) + activations
 
     def plan(strategy: str, why: str) -> MemoryPlan:
@@ -178,12 +181,7 @@ def set_gradient_sync(module: nn.Module, sync: bool) -> None:
 def sharded_checksum(model: nn.Module) -> float:
     """Sum of every parameter in float64 across the shards: each rank sums its own shard and the sums
     are all-reduced, so every rank reports the model's one sum (FSDP keeps no replica to compare)."""
-    total = torch.zeros((), dtype=torch.float64)
-    with torch.no_grad():
-        for p in model.parameters():
-            local = p.to_local() if hasattr(p, "to_local") else p
-            total += local.detach().to(device="cpu", dtype=torch.float64).sum()
-    device = next(model.parameters()).device
-    total = total.to(device)
+    local = params_checksum(p.to_local() if hasattr(p, "to_local") else p for p in model.parameters())
+    total = torch.tensor(local, dtype=torch.float64, device=next(model.parameters()).device)
     dist.all_reduce(total)
     return float(total.item())

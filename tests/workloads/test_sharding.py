@@ -13,7 +13,7 @@ from workloads import nanogpt, sharding  # noqa: E402
 
 pytestmark = pytest.mark.workloads
 
-GIB = 2**30
+GIB = sharding.GIB
 # nanoGPT's model.py from_pretrained: 124M, 350M, 774M, 1558M (with its biases and vocabulary 50257).
 NANOGPT_PARAMS = {"gpt2": 124e6, "gpt2-medium": 350e6, "gpt2-large": 774e6, "gpt2-xl": 1558e6}
 
@@ -34,7 +34,8 @@ def test_gpt2_xl_is_within_one_percent_of_1_56_billion():
 def plan(size: str, world_size: int, device_gib: float | None, requested: str = "auto") -> sharding.MemoryPlan:
     spec = nanogpt.SIZES[size]
     device = None if device_gib is None else int(device_gib * GIB)
-    return sharding.plan_memory(spec.model, spec.batch_size, world_size, "bf16", device, requested)
+    return sharding.plan_memory(sharding.meta_model(spec.model), spec.batch_size, world_size, "bf16", device,
+                                requested)
 
 
 def test_the_plan_shards_only_where_a_replica_does_not_fit():
@@ -57,10 +58,11 @@ def test_the_estimate_grows_with_what_training_keeps():
     small, large = plan("gpt2-xl", 8, 40), plan("gpt2-large", 8, 40)
     assert small.ddp_bytes > large.ddp_bytes
     spec = nanogpt.SIZES["gpt2-xl"]
-    double = sharding.plan_memory(spec.model, 2 * spec.batch_size, 8, "bf16", 40 * GIB)
+    model = sharding.meta_model(spec.model)
+    double = sharding.plan_memory(model, 2 * spec.batch_size, 8, "bf16", 40 * GIB)
     activations = sharding.activation_bytes(spec.model, spec.batch_size, "bf16")
     assert double.ddp_bytes - small.ddp_bytes == activations  # a micro-batch more is its activations
-    wider = sharding.plan_memory(spec.model, spec.batch_size, 16, "bf16", 40 * GIB)
+    wider = sharding.plan_memory(model, spec.batch_size, 16, "bf16", 40 * GIB)
     assert wider.fsdp_bytes < small.fsdp_bytes and wider.ddp_bytes == small.ddp_bytes
 
 
