@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.sh"
 log() { echo "[build-binaries $(date +%H:%M:%S)] $*" >&2; }
 # The checksum database has no entry for some pinned pseudo-versions; go.sum pins them instead.
-export GONOSUMDB=sigs.k8s.io/kubetest2,github.com/kubeflow/mpi-operator
+export GONOSUMDB=sigs.k8s.io/kubetest2,github.com/kubeflow/mpi-operator,github.com/intelligent-machine-learning/dlrover
 
 # module_dir GO_MODULE_FOLDER MODULE: download MODULE (at the version the folder's go.mod pins) into
 # the module cache and print its source folder. `go list -m -f '{{.Dir}}'` prints an empty string
@@ -129,6 +129,7 @@ GO
     >"$dir/overlay.json"
 }
 
+DLROVER_MODULE=github.com/intelligent-machine-learning/dlrover/go/elasticjob
 # The CRDs `hack/local-cluster up` installs, copied out of the pinned modules so that `up` needs
 # neither `go` nor the module cache (the binaries' cache is all it reads).
 CRDS=("kwok sigs.k8s.io/kwok $KWOK_VERSION kustomize/crd/bases/kwok.x-k8s.io_logs.yaml"
@@ -136,7 +137,9 @@ CRDS=("kwok sigs.k8s.io/kwok $KWOK_VERSION kustomize/crd/bases/kwok.x-k8s.io_log
       "trainer github.com/kubeflow/trainer/v2 $TRAINER_VERSION manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"
       "trainer github.com/kubeflow/trainer/v2 $TRAINER_VERSION manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml"
       "trainer github.com/kubeflow/trainer/v2 $TRAINER_VERSION manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
-      "jobset sigs.k8s.io/jobset $JOBSET_VERSION config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml")
+      "jobset sigs.k8s.io/jobset $JOBSET_VERSION config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+      "dlrover $DLROVER_MODULE $DLROVER_OPERATOR_VERSION config/crd/bases/elastic.iml.github.io_elasticjobs.yaml"
+      "dlrover $DLROVER_MODULE $DLROVER_OPERATOR_VERSION config/crd/bases/elastic.iml.github.io_scaleplans.yaml")
 # copy_crd TOOL MODULE PATH_IN_MODULE DEST_FILE
 copy_crd() {
   local src
@@ -213,6 +216,9 @@ build_jobset() {
 }
 jobset_dest="$KT2T_CACHE/jobset@$JOBSET_VERSION"
 cached_build "jobset@$JOBSET_VERSION" "$jobset_dest" jobset-controller-manager build_jobset
+# DLRover's ElasticJob operator, unpatched: its flags set every listen address (components.py). Its
+# main package is its module's root, so the binary is named `elasticjob`, as `go build` names it.
+build_tool dlrover "$DLROVER_OPERATOR_VERSION" "-s -w" "$DLROVER_MODULE"
 # Real nodes (localcluster/realnodes/): kubelet and kube-proxy from the same pinned
 # kubernetes module (a cache folder of their own, so the control plane's stays valid), and CoreDNS
 # with only the plugins hack/go/coredns/main.go lists.
@@ -229,7 +235,8 @@ fi
 mkdir -p "$KT2T_BIN"
 for dir in "$KT2T_CACHE/kubetest2@$KUBETEST2_VERSION" "$kwok_dest" \
            "$mpi_dest" "$KT2T_CACHE/kubernetes@$K8S_VERSION" \
-           "$etcd_dest" "$KT2T_CACHE/trainer@$TRAINER_VERSION" "$jobset_dest" "${node_dirs[@]}"; do
+           "$etcd_dest" "$KT2T_CACHE/trainer@$TRAINER_VERSION" "$jobset_dest" \
+           "$KT2T_CACHE/dlrover@$DLROVER_OPERATOR_VERSION" "${node_dirs[@]}"; do
   for bin in "$dir"/*; do ln -sfn "$bin" "$KT2T_BIN/$(basename "$bin")"; done
 done
 echo "$KT2T_BIN"

@@ -8,6 +8,9 @@ export MPI_OPERATOR_VERSION=v0.7.0
 # Kubeflow Trainer v2 and the JobSet version its go.mod pins (hack/go/trainer, hack/go/jobset).
 export TRAINER_VERSION=v2.1.0
 export JOBSET_VERSION=v0.10.1
+# DLRover's ElasticJob operator: the pseudo-version of its Go module that hack/go/dlrover pins (the
+# proxy lists none). The `dlrover` Python package is the workloads image's (workloads/Dockerfile).
+export DLROVER_OPERATOR_VERSION=v0.0.0-20250112051702-70bc9086106a
 # kubetest2 is unversioned: a pseudo-version served by the Go module proxy.
 export KUBETEST2_VERSION=v0.0.0-20240309080311-0d7ca9ccb41e
 export KT2T_CACHE=${KT2T_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetest2-training}

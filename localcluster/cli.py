@@ -1,5 +1,5 @@
 """Command line of `hack/local-cluster`: up, down, status, nodes, node-not-ready/-ready, node-slow, node-cpus,
-stop/restart, load-image, registry.
+stop/restart, load-image, registry, log-file.
 
 May import: localcluster.base, localcluster.control, localcluster.emulation, localcluster.realnodes,
 localcluster.cluster.
@@ -52,6 +52,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     load.add_argument("archives", nargs="+", type=Path)
     commands.add_parser("registry", help="the real nodes' image registry's address (push with `hack/images push "
                                          "ADDRESS`; pods name images ADDRESS/...); exit 1 without real nodes")
+    log_file = commands.add_parser("log-file", help="the path of one component's log (e.g. elasticjob-operator: "
+                                                    "hack/main-job passes it as DLROVER_OPERATOR_LOG)")
+    log_file.add_argument("component")
     commands.add_parser("down", help="stop what `up` started and remove the state folder")
     commands.add_parser("status", help="what runs: pid, port, healthy (exit 1 unless all healthy)")
     replace_nodes = commands.add_parser("nodes", help="replace the fake nodes with nodes of a shape")
@@ -145,6 +148,13 @@ def run(cluster: LocalCluster, args: argparse.Namespace) -> int:
         if real.wanted() == 0:
             raise RealNodeError("no registry: it runs with the real nodes (`up --real-nodes N`)")
         print(real.registry_address())
+        return 0
+    if args.command == "log-file":
+        found = [c for c in cluster.components() if c.name == args.component]
+        if not found:
+            raise ClusterError(f"no component {args.component!r}: expected one of "
+                               f"{', '.join(c.name for c in cluster.components())}")
+        print(cluster.log_file(found[0]))
         return 0
     if args.command == "load-image":
         with cluster.locked():

@@ -43,7 +43,8 @@ STATE_MARKER = ".kubetest2-training-local-cluster"
 # out of the pinned Go modules into <bin dir>/crds/, so `up` needs no `go` and no module cache.
 CRD_FILES = ("kwok.x-k8s.io_logs.yaml", "kubeflow.org_mpijobs.yaml", "trainer.kubeflow.org_trainjobs.yaml",
              "trainer.kubeflow.org_trainingruntimes.yaml", "trainer.kubeflow.org_clustertrainingruntimes.yaml",
-             "jobset.x-k8s.io_jobsets.yaml")
+             "jobset.x-k8s.io_jobsets.yaml", "elastic.iml.github.io_elasticjobs.yaml",
+             "elastic.iml.github.io_scaleplans.yaml")
 
 # On each CRD `up` applied: sha256 of the file it came from.
 CRD_SOURCE_ANNOTATION = "kubetest2-training.local/crd-file-sha256"

@@ -28,6 +28,9 @@ DEFAULT_PORTS: dict[str, int] = {
     "jobset-health": 20293,
     "jobset-webhook": 20294,
     "jobset-metrics": 20295,
+    # DLRover's ElasticJob operator: its health probes and metrics (both every interface by default).
+    "elasticjob-operator-health": 20296,
+    "elasticjob-operator-metrics": 20297,
     # The real nodes' image registry (localcluster/realnodes/registry.py), on 127.0.0.1 like the rest;
     # the nodes reach it through netd. Its last two digits are no other port's: a cluster at another
     # KT2T_PORT_OFFSET (a multiple of 100) never lands on it.

@@ -47,7 +47,8 @@ def components(settings: Settings, pki: Pki, egress_config: Path | None = None) 
     real nodes, `egress_config` routes the API server's traffic to nodes and pods (real_nodes/netd.py)."""
     c = ComponentCommands(settings, pki, egress_config)
     return [c.etcd(), c.kube_apiserver(), c.kube_controller_manager(), c.kube_scheduler(), c.kwok(),
-            c.mpi_operator(), *(c.training_controller(t) for t in TRAINING_CONTROLLERS), c.node_agent()]
+            c.mpi_operator(), *(c.training_controller(t) for t in TRAINING_CONTROLLERS), c.elasticjob_operator(),
+            c.node_agent()]
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,22 @@ class ComponentCommands:
             "--zap-log-level=2",  # as upstream's Deployments
         ], f"http://{controller.address(settings, 'health')}/readyz", controller.port(settings, "health"),
             env=env, code_files=[controller.config_file(settings)])
+
+    def elasticjob_operator(self) -> Component:
+        """DLRover's ElasticJob operator (hack/build-binaries.sh: `elasticjob`, unpatched), supervised
+        as the kubelet would restart it. Its flags put both listeners on loopback; leader election
+        stays off (its default: one instance). It makes each ElasticJob's master pod in the image
+        the job's master replica spec names (the harness names TRAINING_IMAGE, which has the
+        `dlrover` package); a job that names none gets DLRover's --master-image default, an image of
+        DLRover's registry, which the local cluster's nodes cannot pull."""
+        health, metrics = self.ports["elasticjob-operator-health"], self.ports["elasticjob-operator-metrics"]
+        return Component("elasticjob-operator", [
+            sys.executable, "-m", "localcluster.control.supervisor", "--",
+            self.binary("elasticjob"),
+            f"--kubeconfig={self.kubeconfig('elasticjob-operator')}",
+            f"--health-probe-bind-address={LOOPBACK}:{health}",
+            f"--metrics-bind-address={LOOPBACK}:{metrics}",
+        ], f"http://{LOOPBACK}:{health}/healthz", health, env={"PYTHONPATH": str(REPO_DIR)})
 
     def node_agent(self) -> Component:
         settings = self.settings

@@ -51,6 +51,8 @@ CLIENT_IDENTITIES = (
     # what the local cluster tests.
     ClientIdentity("trainer-controller-manager", "kubetest2-training-trainer-controller-manager", "system:masters"),
     ClientIdentity("jobset-controller-manager", "kubetest2-training-jobset-controller-manager", "system:masters"),
+    # DLRover's ElasticJob operator: its ClusterRole is DLRover's deployment's, not tested here.
+    ClientIdentity("elasticjob-operator", "kubetest2-training-elasticjob-operator", "system:masters"),
 )
 
 
