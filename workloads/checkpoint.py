@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,20 @@ def latest_step(directory: Path) -> int | None:
 
 
 def save(directory: Path, step: int, state: dict[str, Any]) -> Path:
-    """Write atomically (temp file + rename), so a crash mid-write never leaves a torn 'latest'."""
+    """Write atomically (temp file + rename), so a crash mid-write never leaves a torn 'latest'. The
+    temp file's name is unique to this writer (mkstemp), not its pid: the local rank 0 of every node
+    writes here, and where two nodes' pods share the folder (the local cluster's real nodes share
+    one host's /var/tmp) both had pid 22, renamed one file twice and one rank failed (FileNotFoundError)."""
     directory.mkdir(parents=True, exist_ok=True)
     final = _path(directory, step)
-    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
-    torch.save(state, tmp)
-    os.replace(tmp, final)
+    handle, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory)
+    os.close(handle)
+    tmp = Path(name)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
     steps = sorted(int(m.group(1)) for name in os.listdir(directory) if (m := _NAME.match(name)))
     for old in steps[:-KEEP]:
         _path(directory, old).unlink(missing_ok=True)

@@ -121,3 +121,21 @@ def test_bert_masked_only_loss_equals_transformers_loss():
     batch = synthetic_batch(99, 8, 32, torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert PretrainingLoss(model)(**batch).item() == pytest.approx(model(**batch).loss.item(), abs=1e-5)
+
+
+def test_two_writers_with_one_pid_never_share_a_temp_file(tmp_path, monkeypatch):
+    # The local cluster's real nodes share one host's checkpoint folder and both ranks ran as pid 22:
+    # a pid-named temp file was renamed twice and one rank failed (FileNotFoundError).
+    monkeypatch.setattr(checkpoint.os, "getpid", lambda: 22)
+    written: list[str] = []
+    real_save = checkpoint.torch.save
+
+    def save(state, path):
+        written.append(str(path))
+        real_save(state, path)
+
+    monkeypatch.setattr(checkpoint.torch, "save", save)
+    checkpoint.save(tmp_path, 5, {"step": 5})
+    checkpoint.save(tmp_path, 5, {"step": 5})
+    assert len(set(written)) == 2, written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_00000005.pt"]  # no temp file left
