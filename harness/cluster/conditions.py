@@ -13,11 +13,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from harness.cluster.pods import mpi_role, node_of, pod_failure_reason, true_condition, unschedulable_message
+from harness.cluster.pods import node_of, pod_failure_reason, pod_role, true_condition, unschedulable_message
 from harness.cluster.resources import (
     CRD,
     DAEMONSET,
     DEPLOYMENT,
+    ELASTICJOB,
     EVENT,
     JOB,
     JOBSET,
@@ -78,6 +79,33 @@ def trainjob_failed(namespace: str, name: str) -> Condition:
     """A TrainJob is Failed: its JobSet failed (reason and message are the JobSet's), or Trainer
     does not support its runtime (TrainingRuntimeNotSupported)."""
     return _reached(TRAINJOB, namespace, name, "Failed", "failed")
+
+
+def _elasticjob_reached(namespace: str, name: str, condition_type: str, verb: str) -> Condition:
+    """A DLRover ElasticJob has `condition_type`=True. Its operator keeps the conditions one level
+    down, in status.status.conditions (status.phase beside them), not where _reached reads them."""
+    watches = (Watched(ELASTICJOB, namespace, field_selector=f"metadata.name={name}"),)
+
+    def check(state: ClusterState, _now: float) -> str | None:
+        job = state.get(ELASTICJOB.kind, namespace, name) or {}
+        cond = true_condition({"status": (job.get("status") or {}).get("status") or {}}, condition_type)
+        if cond is None:
+            return None
+        detail = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        return f"elasticjob {name} {verb}" + (f": {detail}" if detail and condition_type == "Failed" else "")
+
+    return Condition(f"elasticjob {name} to {verb.removesuffix('ed')}", watches, check)
+
+
+def elasticjob_succeeded(namespace: str, name: str) -> Condition:
+    """A DLRover ElasticJob is Succeeded: its operator's word once the job's master pod succeeded
+    (the master exits 0 when every worker finished)."""
+    return _elasticjob_reached(namespace, name, "Succeeded", "succeeded")
+
+
+def elasticjob_failed(namespace: str, name: str) -> Condition:
+    """A DLRover ElasticJob is Failed: its master pod failed (a worker failed past its relaunches)."""
+    return _elasticjob_reached(namespace, name, "Failed", "failed")
 
 
 def jobset_failed(namespace: str, name: str) -> Condition:
@@ -286,9 +314,26 @@ class _MatchingPods:
         return len(self.matching)
 
 
+def selected_by(label_selector: str) -> Callable[[Obj], bool]:
+    """Whether a pod has every `key=value` of an equality-based label selector. A wait's sources
+    share one state, so a count must say itself which pods it means: the job's pods are there with
+    the workers a narrower selector picks (a DLRover master beside its workers)."""
+    terms = [term.split("=", 1) for term in label_selector.split(",") if term]
+    if any(len(term) != 2 or term[0].endswith("!") for term in terms):
+        raise ValueError(f"only key=value terms are supported: {label_selector!r}")
+
+    def selected(pod: Obj) -> bool:
+        labels = pod.get("metadata", {}).get("labels") or {}
+        return all(labels.get(key) == value for key, value in terms)
+
+    return selected
+
+
 def _pods_counted(namespace: str, label_selector: str, count: int, predicate: Callable[[Obj], bool],
                   awaited: str, seen_as: str) -> Condition:
-    matching = _MatchingPods(predicate)
+    selected = selected_by(label_selector)
+    matching = _MatchingPods(lambda pod: pod["metadata"].get("namespace") == namespace and selected(pod)
+                             and predicate(pod))
 
     def check(state: ClusterState, _now: float) -> str | None:
         seen = matching.count(state)
@@ -435,7 +480,7 @@ class _LostWorkers:
             if pod is None:
                 if key in self.seen:
                     self.lost.setdefault(key, self.seen[key])
-            elif mpi_role(pod) == "worker":
+            elif pod_role(pod) == "worker":
                 if pod["metadata"].get("deletionTimestamp"):
                     self.lost.setdefault(key, pod)
                 self.seen[key] = pod

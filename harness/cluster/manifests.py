@@ -63,6 +63,8 @@ TEMPLATE_FIELDS: dict[str, str] = {
     "RuntimeKind": "the kind of the TrainJob's runtime: ClusterTrainingRuntime or TrainingRuntime",
     "RuntimeName": "the name of the TrainJob's runtime",
     "MaxRestarts": "restarts of the whole JobSet its failure policy allows",
+    "RestartCount": "relaunches of a lost or failed worker pod a DLRover ElasticJob's master makes",
+    "MasterClusterRole": "the ClusterRole a DLRover ElasticJob's master is bound to in its namespace",
 }
 
 MANIFESTS_PACKAGE = "manifests"
@@ -144,6 +146,9 @@ def render(name: str, fields: Mapping[str, Any]) -> list[Obj]:
 RBAC = "rbac.yaml"
 # The add-on rights (kube-system), apart from the run-only ones: docs/RBAC.md.
 RBAC_ADDONS = "rbac-addons.yaml"
+# The ClusterRole of manifests/rbac.yaml that each DLRover ElasticJob's master is bound to in its
+# job's namespace (harness.jobs.launchers.dlrover; installed by harness.setup.operators if missing).
+DLROVER_MASTER_ROLE = "kubetest2-training-dlrover-master"
 
 
 def rbac_objects(namespace: str, labels: Mapping[str, str], name: str = RBAC) -> list[Obj]:

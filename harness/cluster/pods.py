@@ -34,9 +34,20 @@ CANNED_BECAUSE_ANNOTATION = LOCAL_CLUSTER + "canned-because"
 MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 
 
-def mpi_role(pod: Obj) -> str | None:
-    """`launcher`, `worker`, or None for a pod that is not an MPIJob's."""
-    return (pod.get("metadata", {}).get("labels") or {}).get(MPI_ROLE_LABEL)
+# DLRover's ElasticJob pods: its operator labels the master `dlrover-master`, the master labels the
+# workers it creates `worker`, and each worker's rank (kept by a relaunched pod) in the second label.
+DLROVER_REPLICA_TYPE_LABEL = "elasticjob.dlrover/replica-type"
+DLROVER_RANK_LABEL = "elasticjob.dlrover/rank-index"
+DLROVER_ROLES = {"dlrover-master": "launcher", "worker": "worker"}
+
+
+def pod_role(pod: Obj) -> str | None:
+    """`launcher` (an MPIJob's mpirun pod, an ElasticJob's DLRover master: a pod that runs no rank),
+    `worker`, or None for a pod of neither kind (an Indexed Job's, a JobSet's: every pod a worker)."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    if MPI_ROLE_LABEL in labels:
+        return str(labels[MPI_ROLE_LABEL])
+    return DLROVER_ROLES.get(labels.get(DLROVER_REPLICA_TYPE_LABEL, ""))
 
 
 def execution_of(pod: Obj) -> str:

@@ -52,6 +52,7 @@ KNOWN_RESOURCES = {
         Resource("trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", True),
         Resource("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", False),
         Resource("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True),
+        Resource("elastic.iml.github.io/v1alpha1", "ElasticJob", "elasticjobs", True),
         Resource("rbac.authorization.k8s.io/v1", "Role", "roles", True),
         Resource("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
         Resource("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
@@ -68,6 +69,8 @@ NAMESPACE = KNOWN_RESOURCES[("v1", "Namespace")]
 EVENT = KNOWN_RESOURCES[("v1", "Event")]
 MPIJOB = KNOWN_RESOURCES[("kubeflow.org/v2beta1", "MPIJob")]
 TRAINJOB = KNOWN_RESOURCES[("trainer.kubeflow.org/v1alpha1", "TrainJob")]
+ELASTICJOB = KNOWN_RESOURCES[("elastic.iml.github.io/v1alpha1", "ElasticJob")]
+CLUSTER_ROLE = KNOWN_RESOURCES[("rbac.authorization.k8s.io/v1", "ClusterRole")]
 TRAINING_RUNTIME = KNOWN_RESOURCES[("trainer.kubeflow.org/v1alpha1", "TrainingRuntime")]
 CLUSTER_TRAINING_RUNTIME = KNOWN_RESOURCES[("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime")]
 JOBSET = KNOWN_RESOURCES[("jobset.x-k8s.io/v1alpha2", "JobSet")]

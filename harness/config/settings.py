@@ -254,9 +254,17 @@ class Config:
         "its host-process nodes and the integration tests, which import images without a registry, set "
         "IfNotPresent", choice("upstream", "Always", "IfNotPresent", "Never"),
         "upstream, Always, IfNotPresent or Never", env="IMAGE_PULL_POLICY", default="upstream")
-    launcher: str = setting("torchrun (Indexed Job + headless Service), mpi (MPIJob) or trainjob (Kubeflow "
-                            "Trainer v2 TrainJob on JobSet)", choice("torchrun", "mpi", "trainjob"),
-                            "torchrun, mpi or trainjob", env="LAUNCHER", default="torchrun")
+    launcher: str = setting("torchrun (Indexed Job + headless Service), mpi (MPIJob), trainjob (Kubeflow "
+                            "Trainer v2 TrainJob on JobSet) or dlrover (DLRover ElasticJob: its master pod "
+                            "starts dlrover-run workers; needs DLRover's operator)",
+                            choice("torchrun", "mpi", "trainjob", "dlrover"),
+                            "torchrun, mpi, trainjob or dlrover", env="LAUNCHER", default="torchrun")
+    dlrover_operator_log: str | None = setting(
+        "LAUNCHER=dlrover: the DLRover ElasticJob operator's log file, where it runs outside the cluster (the "
+        "local cluster's runs set it); its lines about each ElasticJob go into that test's JUnit. Unset: the "
+        "logs of its pods as DLRover's manifests install it (namespace dlrover, label "
+        "control-plane=controller-manager, container manager)", parse_path, "a file path",
+        env="DLROVER_OPERATOR_LOG")
     trainjob_runtime: str = setting("the ClusterTrainingRuntime LAUNCHER=trainjob's TrainJobs reference; "
                                     "torch-distributed is installed (pinned) when missing and removed at the end, "
                                     "another name must exist", parse_dns_label,

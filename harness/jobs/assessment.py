@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.cluster.pods import mpi_role, node_of
+from harness.cluster.pods import node_of, pod_role
 from harness.framework.context import TestContext
 from harness.jobs.job import Job, efa_expected
 from harness.metrics.records import WorkloadMetrics, read_lines
@@ -156,7 +156,7 @@ def assess(t: TestContext, job: Job, workload: str | None = None,
         verdict, meta = training_verdict(t, metrics, job.world_size, workload,
                                          job.placement.processes_per_node)
         # First: a node missing from the run explains a short or single-node job before any figure does.
-        workers = [node_of(pod) for pod in job.pods_seen.values() if mpi_role(pod) != "launcher"]
+        workers = [node_of(pod) for pod in job.pods_seen.values() if pod_role(pod) != "launcher"]
         verdict.checks[:0] = [check_nodes(t.topology), check_multi_node(t.topology, workers)]
         if (efa := check_efa_path(t, job)) is not None:
             verdict.add(efa)

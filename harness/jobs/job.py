@@ -18,7 +18,7 @@ from harness.cluster.conditions import any_pod_failed, node_not_ready
 from harness.cluster.labels import base_labels, job_labels, job_selector
 from harness.cluster.logs import CapturedLog, Heading, capture_pod_logs, console_text, last_lines
 from harness.cluster.manifests import dump_objects, render, save
-from harness.cluster.pods import describe_pod, mpi_role
+from harness.cluster.pods import describe_pod, pod_role
 from harness.cluster.resources import EVENT, POD, Obj
 from harness.cluster.wait import Condition, wait_for
 from harness.cluster.watch import ChangeCursor, ClusterState
@@ -26,11 +26,13 @@ from harness.config.settings import pod_environment_passthrough
 from harness.config.topology import NodeInfo
 from harness.errors import ClusterError, JobFailed, WaitTimeout
 from harness.framework.context import TestContext
+from harness.jobs import operator_logs
 from harness.jobs.exit_after_training import explain as explain_exit
 from harness.jobs.images import image
 from harness.jobs.job_metrics import LogScans, job_metrics
 from harness.jobs.launchers import LAUNCHERS, Launcher, rank_locations
 from harness.jobs.no_gpu import explain_no_gpu
+from harness.jobs.operator_logs import OperatorLogMark
 from harness.jobs.workload import Placement, Rendering, Workload
 from harness.metrics.records import WorkloadMetrics
 from harness.report.junit import Outcome
@@ -122,6 +124,10 @@ class Job:
     # Worker pods (not an MPIJob's launcher) seen started, until all of them have.
     _started_pods: set[str] | None = field(default_factory=set)
     _parsed_at: float | None = None
+    # Where the owner's operator's log stood at launch (harness.jobs.operator_logs), if it has one.
+    operator_log: OperatorLogMark | None = None
+    # The logs read as their pods ended (launchers whose controllers delete ended pods), by pod.
+    _captured_early: dict[str, list[CapturedLog]] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -130,6 +136,11 @@ class Job:
     @property
     def selector(self) -> str:
         return job_selector(self.workload.job_name)
+
+    @property
+    def worker_selector(self) -> str:
+        """The label selector of the job's pods that run ranks (not a DLRover master)."""
+        return self.launcher.worker_selector(self.workload)
 
     @property
     def node_count(self) -> int:
@@ -217,6 +228,11 @@ class Job:
             name = pod["metadata"]["name"]
             self.pods_seen[name] = pod
             self._note_started(name, pod)
+            if (self.launcher.deletes_finished_pods and name not in self._captured_early
+                    and pod.get("status", {}).get("phase") in ("Succeeded", "Failed")):
+                self._captured_early[name] = capture_pod_logs(self.t.cluster, self.namespace, [pod],
+                                                              self.t.artifacts_dir / "logs",
+                                                              on_captured=self._scans.add)
             if (pod.get("status", {}).get("phase") == "Failed" and self.launcher.retried(pod)
                     and name not in self._retried_runs):
                 self._retried_runs.add(name)
@@ -227,7 +243,7 @@ class Job:
     def _note_started(self, name: str, pod: Obj) -> None:
         """Say once when every worker pod has started (scheduled, its containers run): the rest
         of the wait is the training itself."""
-        if self._started_pods is None or mpi_role(pod) == "launcher":
+        if self._started_pods is None or pod_role(pod) == "launcher":
             return
         if pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed"):
             self._started_pods.add(name)
@@ -249,8 +265,10 @@ class Job:
             pods = self.pods()
             self.pods_seen.update((pod["metadata"]["name"], pod) for pod in pods)
             logs_dir = self.t.artifacts_dir / "logs"
-            self._captured = capture_pod_logs(self.t.cluster, self.namespace, pods, logs_dir,
-                                              on_captured=self._scans.add)
+            early = [entry for entries in self._captured_early.values() for entry in entries]
+            self._captured = early + capture_pod_logs(
+                self.t.cluster, self.namespace, [p for p in pods if p["metadata"]["name"] not in self._captured_early],
+                logs_dir, on_captured=self._scans.add)
             seconds, size = time.monotonic() - started, sum(entry.size for entry in self._captured)
             self.note_phase("log_capture", seconds)
             self.t.result_json.add_pods(self.pods_seen.values(), self._captured, self.t.artifacts_dir)
@@ -296,6 +314,8 @@ class Job:
             self.note_phase("verdict", started - self._parsed_at)
         self.t.logf("teardown of %s", self.workload.job_name)
         self.capture_logs()
+        if self.operator_log is not None:
+            operator_logs.collect(self.t, self.operator_log, self.workload.job_name, self.namespace)
         self._save_events()
         self._save_made_by_controllers()
         if self.t.junit_case.outcome is not Outcome.PASS:
@@ -375,6 +395,8 @@ def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_L
     placement = placement_for(t, namespace_for(t), workload)
     objects = render_all(launcher.renderings(workload, placement), t.artifacts_dir / "manifests")
     job = Job(t, workload, launcher, placement, heading)
+    if launcher.operator is not None:
+        job.operator_log = operator_logs.mark(t, launcher.operator)
     t.property("launcher", launcher.name)
     t.cleanup(job.teardown, f"capture logs and delete {workload.job_name}")
     for obj in objects:

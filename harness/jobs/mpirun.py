@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from harness.cluster.logs import CapturedLog
-from harness.cluster.pods import mpi_role, node_of
+from harness.cluster.pods import node_of, pod_role
 from harness.cluster.resources import Obj
 from harness.metrics.log_lines import split_tag
 from harness.metrics.records import read_lines
@@ -39,7 +39,7 @@ def _phase(pod: Obj) -> str:
 
 def launcher_pods(pods: Iterable[Obj]) -> list[Obj]:
     """The launcher's pods (one per run: restartPolicy Never), oldest first."""
-    found = [pod for pod in pods if mpi_role(pod) == "launcher"]
+    found = [pod for pod in pods if pod_role(pod) == "launcher"]
     return sorted(found, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
 
 
@@ -150,7 +150,7 @@ def _what_mpirun_said(launcher: Obj, parsed: MpirunLog, pods: Mapping[str, Obj],
     code = exit_code(launcher)
     said = f"mpirun in launcher pod {launcher['metadata']['name']} on node {node_of(launcher)} " + (
         f"exited with code {code}" if code is not None else "had not exited")
-    workers = {name: pod for name, pod in pods.items() if mpi_role(pod) == "worker"}
+    workers = {name: pod for name, pod in pods.items() if pod_role(pod) == "worker"}
     lost = lost_worker_hosts(parsed, workers)
     if parsed.failed_rank is not None:
         pod, node = locations.get(parsed.failed_rank, ("?", "?"))

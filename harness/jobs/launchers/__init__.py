@@ -15,6 +15,9 @@ Placement (or the pods and logs already captured), no cluster access.
   elastic test's TrainJob restarts its JobSet from a checkpoint kept on the nodes.
 - shared-gpu: one Job of several pods pinned to one node, each asking for one GPU, all at once
   (TestTimeSlicing, TestMps: more pods than the node has GPUs, admitted only when they are shared).
+- dlrover: a DLRover ElasticJob: DLRover's operator makes its master pod, the master makes a
+  worker pod per node running dlrover-run (torchrun's variables from DLRover's rendezvous) and
+  relaunches a lost one; the elastic test's ranks resume from a checkpoint kept on the nodes.
 - daemonset: a DaemonSet on the nodes' type, its pods running a check and staying up (upstream's
   containerd check); done when a Ready pod runs on each selected node.
 
@@ -25,15 +28,16 @@ from __future__ import annotations
 
 from harness.jobs.launchers.base import Launcher, rank_locations
 from harness.jobs.launchers.daemonset import DaemonSetCheck
+from harness.jobs.launchers.dlrover import DLRover
 from harness.jobs.launchers.mpi import Mpi
 from harness.jobs.launchers.per_node import PerNode
 from harness.jobs.launchers.shared_gpu import SharedGpu
 from harness.jobs.launchers.torchrun import Torchrun
 from harness.jobs.launchers.trainjob import TrainJob
 
-__all__ = ["LAUNCHERS", "DaemonSetCheck", "Launcher", "Mpi", "PerNode", "SharedGpu", "Torchrun", "TrainJob",
+__all__ = ["LAUNCHERS", "DLRover", "DaemonSetCheck", "Launcher", "Mpi", "PerNode", "SharedGpu", "Torchrun", "TrainJob",
            "rank_locations"]
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher
-                                  for launcher in (Torchrun(), Mpi(), TrainJob(), PerNode(), SharedGpu(),
+                                  for launcher in (Torchrun(), Mpi(), TrainJob(), DLRover(), PerNode(), SharedGpu(),
                                                    DaemonSetCheck())}

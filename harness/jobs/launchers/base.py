@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from harness.cluster.labels import job_selector
 from harness.cluster.logs import CapturedLog
+from harness.cluster.pods import DLROVER_RANK_LABEL, pod_role
 from harness.cluster.resources import Obj, Resource
 from harness.cluster.wait import Condition
 from harness.config.settings import is_project_image
@@ -145,6 +148,20 @@ def worker_fields(workload: Workload, placement: Placement) -> dict[str, Any]:
             "NodeAffinity": node_affinity(placement)}
 
 
+@dataclass(frozen=True)
+class OperatorLog:
+    """Where the log of the operator that runs a launcher's owner is (harness.jobs.operator_logs
+    reads it): a file when it runs outside the cluster (the Config attribute `file_setting` names
+    it), else the container `container` of its pods (`selector` in `namespace`)."""
+
+    name: str  # in file and property names
+    title: str
+    file_setting: str
+    namespace: str
+    selector: str
+    container: str
+
+
 class Launcher:
     """How one kind of launcher renders a workload, and how its success and failure show."""
 
@@ -155,6 +172,13 @@ class Launcher:
     needs_api: ClassVar[Resource | None] = None
     # Whether rank_locations() places every rank exactly, over what each rank says of its node.
     places_ranks: ClassVar[bool] = False
+    # The operator whose lines about the job go into its JUnit, if the owner's operator is one whose
+    # log the harness can find (DLRover's: it makes the job's first pod, so a job that never starts
+    # is explained there).
+    operator: ClassVar[OperatorLog | None] = None
+    # Whether the owner's controllers delete a pod once it has ended (DLRover's master deletes its
+    # succeeded workers): the job then captures each pod's log as it ends, not only at teardown.
+    deletes_finished_pods: ClassVar[bool] = False
 
     def renderings(self, workload: Workload, placement: Placement) -> list[Rendering]:
         raise NotImplementedError
@@ -165,6 +189,11 @@ class Launcher:
 
     def succeeded(self, workload: Workload, placement: Placement) -> Condition:
         raise NotImplementedError
+
+    def worker_selector(self, workload: Workload) -> str:
+        """The label selector of the job's pods that run ranks (the job's pods, unless the launcher
+        adds one that runs none beside them: a DLRover master)."""
+        return job_selector(workload.job_name)
 
     def failed(self, workload: Workload, placement: Placement) -> list[Condition]:
         """Failure conditions of the owners (the pods' failures are judged for every launcher)."""
@@ -205,22 +234,33 @@ class JobPerNode(Launcher):
         return [(f"{workload.job_name}-{node}"[:63].rstrip("-."), node) for node in placement.node_names]
 
 
+def worker_index(pod: Obj) -> int | None:
+    """The worker's index among the job's workers, None for a pod that runs no rank: an Indexed
+    Job's (and JobSet's) completion index; a DLRover worker's rank label, which its relaunched pod
+    keeps (its name's number is a new node id); an MPIJob worker's name suffix."""
+    meta = pod["metadata"]
+    index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+    if index is None and pod_role(pod) == "worker":
+        index = (meta.get("labels") or {}).get(DLROVER_RANK_LABEL)
+    if index is None:
+        match = re.search(r"-worker-(\d+)$", meta["name"])
+        index = match.group(1) if match else None
+    return int(index) if index is not None and index.isdigit() else None
+
+
 def rank_locations(pods: list[Obj], processes_per_node: int) -> dict[int, tuple[str, str]]:
     """rank -> (pod, node): torchrun puts ranks [i*P, (i+1)*P) on index i; mpirun -map-by slot
-    fills worker i's slots in order (JobSet's pods carry the completion index too). Pods being
-    deleted are left out; of two pods of one index the newer counts."""
+    fills worker i's slots in order (JobSet's pods carry the completion index too; DLRover's
+    workers their rank). Pods being deleted are left out; of two pods of one index the newer counts."""
     workers: dict[int, Obj] = {}
     for pod in pods:
         meta = pod["metadata"]
-        index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
-        if index is None:
-            match = re.search(r"-worker-(\d+)$", meta["name"])
-            index = match.group(1) if match else None
+        index = worker_index(pod)
         if index is None or meta.get("deletionTimestamp"):
             continue
         # A replaced pod (a JobSet restart, a Job's retry) and its replacement: the newer ran last.
-        held = workers.get(int(index))
+        held = workers.get(index)
         if held is None or meta.get("creationTimestamp", "") >= held["metadata"].get("creationTimestamp", ""):
-            workers[int(index)] = pod
+            workers[index] = pod
     return {index * processes_per_node + local: (pod["metadata"]["name"], pod.get("spec", {}).get("nodeName", "?"))
             for index, pod in workers.items() for local in range(processes_per_node)}

@@ -16,7 +16,7 @@ from harness.cluster.conditions import (
 )
 from harness.cluster.labels import job_selector
 from harness.cluster.logs import CapturedLog
-from harness.cluster.pods import mpi_role
+from harness.cluster.pods import pod_role
 from harness.cluster.resources import MPIJOB, Obj
 from harness.cluster.wait import Condition
 from harness.jobs.launchers.base import (
@@ -108,7 +108,7 @@ class Mpi(Launcher):
                 mpi_worker_lost(namespace, job_selector(name))]
 
     def retried(self, pod: Obj) -> bool:
-        return mpi_role(pod) == "launcher"
+        return pod_role(pod) == "launcher"
 
     def run_counts(self, pods: Iterable[Obj]) -> dict[str, int]:
         runs, failed = launcher_runs(pods)
@@ -117,7 +117,7 @@ class Mpi(Launcher):
     def awaited_after_failure(self, workload: Workload, placement: Placement, blamed: str | None,
                               pods: Mapping[str, Obj]) -> Condition | None:
         """A worker failed or was lost: mpirun is still noticing it; its words come as it exits."""
-        if blamed is None or mpi_role(pods.get(blamed, {})) != "worker":
+        if blamed is None or pod_role(pods.get(blamed, {})) != "worker":
             return None
         running = [pod["metadata"]["name"] for pod in launcher_pods(pods.values())
                    if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")]

@@ -1,7 +1,8 @@
 """The shipped parts as shipped, on real nodes: the workloads image (workloads/Dockerfile) trains on
 2 real nodes (kubelet + containerd), as an MPIJob whose launcher's mpirun reaches each worker's real
-sshd with the keys mpi-operator mounts, and with torchrun; a worker killed mid-run fails the test in
-seconds naming pod, node and exit. (The kubetest2 image's Job: test_kubetest2_image.py.)
+sshd with the keys mpi-operator mounts, with torchrun, and as DLRover ElasticJobs (DLRover's operator
+and master); a worker killed mid-run fails the test in seconds naming pod, node and exit. (The kubetest2
+image's Job: test_kubetest2_image.py.)
 
 The images come from `hack/images build` (cached by their inputs) and are imported into the nodes
 with `hack/local-cluster load-image`; a checkout without hack/images skips these tests, saying so.
@@ -21,7 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.stream import stream
 
-from ..conftest import REPO, LocalCluster, image_on_real_nodes, wait_for
+from ..conftest import REPO, LocalCluster, image_on_real_nodes, run_local_cluster, wait_for
 from ..kubetest2_runs import SHARED_HOST_STRAGGLER_ENV, case_properties, junit_cases
 
 sys.path.insert(0, str(REPO))
@@ -89,6 +90,36 @@ def test_trainings_with_torchrun_in_the_workloads_image(real_nodes: LocalCluster
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     for test in tests.split("|"):
         assert_ran_in_containers(artifacts, test)
+
+
+@pytest.mark.parametrize("test", ["TestNanoGPTTraining", "TestElasticRecovery"])
+def test_nanogpt_as_a_dlrover_elasticjob_with_dlrovers_operator_and_master(real_nodes: LocalCluster,
+                                                                          workloads_image: str, tmp_path: Path,
+                                                                          test: str):
+    """LAUNCHER=dlrover: the local cluster's DLRover operator (its Go module, unpatched) makes the
+    master pod, DLRover's master (dlrover from PyPI, in the workloads image) makes a worker per
+    real node running dlrover-run; under TestElasticRecovery the deleted worker is relaunched by the
+    master and the ranks resume from the checkpoint. The JUnit has the operator's lines about the
+    job and the master's log."""
+    artifacts = tmp_path / "artifacts"
+    operator_log = run_local_cluster("log-file", "elasticjob-operator").strip()
+    done = run_suite(real_nodes, artifacts, test, {"TRAINING_IMAGE": workloads_image, "LAUNCHER": "dlrover",
+                                                   "DLROVER_OPERATOR_LOG": operator_log})
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    props = assert_ran_in_containers(artifacts, test)
+    assert props["launcher"] == "dlrover", props
+    assert int(props["operator.dlrover-elasticjob-operator.lines"]) > 0, props
+    case = junit_cases(artifacts, "e2e-nvidia-training")[test]
+    out = case.system_out or ""
+    assert "==== DLRover ElasticJob operator:" in out and "phase Running" in out, out[-3000:]
+    # The master's own log (DLRover's master module, platform pyk8s) is captured with the workers'.
+    assert "=== pod elasticjob-" in out and "platform = pyk8s" in out, out[-3000:]
+    if test == "TestElasticRecovery":
+        assert int(props["elastic.restart_count"]) >= 1 and int(props["elastic.resumed_from_step"]) >= 5, props
+        # The deleted worker's rank came back in a pod the master relaunched (a new node id).
+        deleted = props["elastic.deleted_pod"]
+        ranks = {value for key, value in props.items() if key.startswith("rank.") and key.endswith(".pod")}
+        assert deleted not in ranks and any("-edljob-worker-" in pod for pod in ranks), props
 
 
 def container_pids(state_dir: Path, container_id: str) -> set[int]:

@@ -32,7 +32,7 @@ def pod(name="w-0", phase="Running", node="n1", waiting=None, terminated=None, l
     cs = {"name": "worker", "state": state, "restartCount": restarts}
     if last_terminated:
         cs["lastState"] = {"terminated": last_terminated}
-    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": {"x": "y"}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": meta, "spec": {"nodeName": node},
@@ -158,6 +158,18 @@ def test_pods_counted_follow_each_pods_changes():
     assert ready.check(state, 0) is None
     state.update("Pod", "MODIFIED", pod("w-1", conditions=[{"type": "Ready", "status": "True"}]))
     assert ready.check(state, 0) == "1 pods ready"
+
+
+def test_pods_counted_are_the_selectors_only_though_the_state_holds_more():
+    # A wait's sources share one state: a DLRover master (the job's label, not the workers') is in it.
+    master = pod("master", conditions=[{"type": "Ready", "status": "True"}])
+    worker = pod("w-0", conditions=[{"type": "Ready", "status": "True"}])
+    worker["metadata"]["labels"]["role"] = "worker"
+    state = state_of(master, worker)
+    assert pods_ready("ns", "x=y", 2).check(state, 0) == "2 pods ready"
+    assert pods_ready("ns", "x=y,role=worker", 2).check(state, 0) is None
+    assert pods_ready("ns", "x=y,role=worker", 1).check(state, 0) == "1 pods ready"
+    assert pods_ready("other", "x=y", 1).check(state, 0) is None
 
 
 def test_deleted_needs_a_listing_first():

@@ -44,6 +44,7 @@ def security_contexts(launcher: str, workload: Workload, image: str = OURS) -> d
     for r in LAUNCHERS[launcher].renderings(workload, replace(placement(), image=image)):
         for obj in render(r.template, r.fields):
             templates = (obj["spec"]["mpiReplicaSpecs"] if obj["kind"] == "MPIJob"
+                         else {"worker": obj["spec"]["replicaSpecs"]["worker"]} if obj["kind"] == "ElasticJob"
                          else {obj["kind"]: obj["spec"]} if obj["kind"] in ("Job", "DaemonSet") else {})
             for role, spec in templates.items():
                 found[role] = spec["template"]["spec"]["containers"][0]["securityContext"]

@@ -22,6 +22,8 @@ from ...harness.cluster.test_rendering import objects, placement
 
 def pod_specs(obj: dict) -> list[dict]:
     """The pod specs of a Job, an MPIJob (launcher and worker) or a DaemonSet."""
+    if obj["kind"] == "ElasticJob":
+        return [spec["template"]["spec"] for spec in obj["spec"]["replicaSpecs"].values()]
     if obj["kind"] == "MPIJob":
         return [spec["template"]["spec"] for spec in obj["spec"]["mpiReplicaSpecs"].values()]
     if obj["kind"] in ("Job", "DaemonSet"):

@@ -36,6 +36,8 @@ def pods(launcher: str, where: Placement) -> list[dict]:
         for obj in render(r.template, r.fields):
             if obj["kind"] == "MPIJob":
                 specs += [(role, s["template"]["spec"]) for role, s in obj["spec"]["mpiReplicaSpecs"].items()]
+            elif obj["kind"] == "ElasticJob":
+                specs.append(("worker", obj["spec"]["replicaSpecs"]["worker"]["template"]["spec"]))
             elif obj["kind"] in ("Job", "DaemonSet"):
                 specs.append((obj["kind"], obj["spec"]["template"]["spec"]))
     return specs

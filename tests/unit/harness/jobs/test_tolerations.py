@@ -32,6 +32,8 @@ def pod_specs(obj: dict) -> list[dict]:
     TrainJob's pod template overrides set on the runtime's pods."""
     if obj["kind"] == "TrainJob":
         return [override["spec"] for override in obj["spec"]["podTemplateOverrides"]]
+    if obj["kind"] == "ElasticJob":  # the worker template; DLRover's operator builds the master's
+        return [obj["spec"]["replicaSpecs"]["worker"]["template"]["spec"]]
     if obj["kind"] == "MPIJob":
         return [spec["template"]["spec"] for spec in obj["spec"]["mpiReplicaSpecs"].values()]
     if obj["kind"] in ("Job", "DaemonSet", "Deployment"):

@@ -34,12 +34,20 @@ def group_of(resource: Resource) -> str:
     return resource.api_version.rpartition("/")[0] if "/" in resource.api_version else ""
 
 
-def granted() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) the ClusterRole grants."""
+def cluster_role(name: str) -> dict:
     objects = rbac_objects("ns", {"app.kubernetes.io/managed-by": "kubetest2-training"})
-    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == name]
+    return role
+
+
+def rules_of(role: dict) -> set[tuple[str, str, str]]:
     return {(group, name, verb) for rule in role["rules"] for group in rule["apiGroups"]
             for name in rule["resources"] for verb in rule["verbs"]}
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the suites' ClusterRole grants."""
+    return rules_of(cluster_role("kubetest2-training"))
 
 
 def resource_constants() -> dict[str, Resource]:
@@ -79,7 +87,7 @@ def applied_objects() -> list[dict]:
 
 def test_the_elastic_trainjob_is_among_the_applied_objects():
     kinds = {obj["kind"] for obj in applied_objects()}
-    assert {"TrainJob", "TrainingRuntime"} <= kinds, kinds
+    assert {"TrainJob", "TrainingRuntime", "ElasticJob", "RoleBinding"} <= kinds, kinds
 
 
 def test_the_source_scan_finds_the_calls():
@@ -161,12 +169,32 @@ def test_the_policy_checks_what_the_addon_file_grants():
     assert any(check in v["expression"] for v in policy["spec"]["variables"])
 
 
+RISKY_RESOURCES = {"secrets", "clusterroles", "clusterrolebindings", "roles", "rolebindings",
+                   "customresourcedefinitions", "*"}
+RISKY_VERBS = {"*", "escalate", "bind", "impersonate"}
+# The DLRover launcher's RoleBinding for its job's master (manifests/rbac.yaml says why): making
+# RoleBindings, and `bind` on the master's ClusterRole alone.
+DLROVER_BINDING = {("rbac.authorization.k8s.io", "rolebindings", verb) for verb in ("get", "create", "patch", "delete")}
+DLROVER_BIND = {("rbac.authorization.k8s.io", "clusterroles", verb) for verb in ("get", "bind")}
+
+
 def test_nothing_that_escalates_is_granted():
     rules = granted() | addon_rules()
-    risky = {(g, r, v) for g, r, v in rules if r in {"secrets", "clusterroles", "clusterrolebindings", "roles",
-                                                     "rolebindings", "customresourcedefinitions", "*"}
-             or v in {"*", "escalate", "bind", "impersonate"}}
-    assert not risky, risky
+    risky = {(g, r, v) for g, r, v in rules if r in RISKY_RESOURCES or v in RISKY_VERBS}
+    assert risky == DLROVER_BINDING | DLROVER_BIND, risky
+
+
+def test_bind_is_granted_on_the_dlrover_masters_role_alone():
+    from harness.jobs.launchers.dlrover import MASTER_CLUSTER_ROLE
+
+    (bind,) = [rule for rule in cluster_role("kubetest2-training")["rules"] if "bind" in rule["verbs"]]
+    assert bind["verbs"] == ["get", "bind"] and bind["resources"] == ["clusterroles"]
+    assert bind["resourceNames"] == [MASTER_CLUSTER_ROLE]
+    # What the master may do: nothing that escalates, no nodes, no Secrets, no exec.
+    master = rules_of(cluster_role(MASTER_CLUSTER_ROLE))
+    assert not {(g, r, v) for g, r, v in master
+                if r in RISKY_RESOURCES | {"nodes", "pods/exec"} or v in RISKY_VERBS}, master
+    assert ("", "pods", "create") in master and ("elastic.iml.github.io", "elasticjobs", "patch") in master
 
 
 def test_the_file_applies_as_shipped():
@@ -175,9 +203,9 @@ def test_the_file_applies_as_shipped():
     text = (REPO / "manifests" / "rbac.yaml").read_text()
     assert "{{" not in text
     objects = [doc for doc in yaml.safe_load_all(text) if doc]
-    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                                             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-    (account, _, binding, _, _) = objects
+    (account, _, _, binding, _, _) = objects
     assert account["metadata"]["namespace"] == "default"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": "default"}]
@@ -186,7 +214,7 @@ def test_the_file_applies_as_shipped():
 
 def test_the_harness_sets_its_own_namespace_and_labels():
     objects = rbac_objects("ns-1", {"kubetest2-training/run-id": "r1"})
-    (account, role, binding, _, _) = objects
+    (account, role, _, binding, _, _) = objects
     assert account["metadata"]["namespace"] == "ns-1"
     assert binding["subjects"][0]["namespace"] == "ns-1"
     for obj in objects:
