@@ -241,7 +241,7 @@ def _threshold_lines() -> list[str]:
 
 
 def tests_page() -> str:
-    from testbins import e2e_nvidia, e2e_nvidia_training
+    from testbins import e2e_nvidia, e2e_nvidia_training, nvidia_dra
     from testbins.suites import gpu_node_suites
 
     lines = ["# Test catalogue", "", GENERATED, "",
@@ -258,6 +258,8 @@ def tests_page() -> str:
     for suite in gpu_node_suites():
         lines += _tests_section(suite, f"upstream's `{suite.aliases[0]}` (docs/DROP-IN.md): a check script on the "
                                 "GPU nodes, each node's log judged, the node named on a failure.")
+    lines += _tests_section(nvidia_dra.SUITE, "upstream's `nvidia-dra.test` (docs/DROP-IN.md): GPUs and EFAs "
+                            "through DRA ResourceClaims; `TestGPUPresentLabel` skips unless `--autoModeEnabled`.")
     lines += _threshold_lines()
     return "\n".join(lines) + "\n"
 

@@ -11,6 +11,7 @@ def all_suites() -> tuple[Suite, ...]:
         e2e_nvidia,
         e2e_nvidia_training,
         nvidia_cuda_compute,
+        nvidia_dra,
         nvidia_driver_liveness,
         nvidia_fabric_manager,
         nvidia_gsp_firmware,
@@ -21,9 +22,14 @@ def all_suites() -> tuple[Suite, ...]:
 
     return (e2e_nvidia_training.SUITE, e2e_nvidia.SUITE, nvidia_driver_liveness.SUITE, nvidia_cuda_compute.SUITE,
             nvidia_fabric_manager.SUITE, nvidia_gsp_firmware.SUITE, nvidia_persistence_device_nodes.SUITE,
-            nvidia_shared_libraries.SUITE, nvidia_inference.SUITE)
+            nvidia_shared_libraries.SUITE, nvidia_inference.SUITE, nvidia_dra.SUITE)
+
+
+def upstream_gpu_suites() -> tuple[Suite, ...]:
+    """upstream's newer GPU suites (testbins/nvidia_node/), one binary each: the node checks and nvidia-dra."""
+    return all_suites()[2:]
 
 
 def gpu_node_suites() -> tuple[Suite, ...]:
-    """upstream's GPU node suites (testbins/nvidia_node/), one binary each."""
-    return all_suites()[2:]
+    """upstream's GPU node suites: a check (or one job) per node, judged node by node."""
+    return upstream_gpu_suites()[:-1]

@@ -60,6 +60,11 @@ KNOWN_RESOURCES = {
         Resource("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False),
         Resource("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding",
                  "validatingadmissionpolicybindings", False),
+        # Dynamic Resource Allocation (GA in Kubernetes 1.34): upstream's nvidia-dra suite.
+        Resource("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False),
+        Resource("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False),
+        Resource("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", True),
+        Resource("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", True),
     )
 }
 POD = KNOWN_RESOURCES[("v1", "Pod")]
@@ -77,3 +82,7 @@ JOBSET = KNOWN_RESOURCES[("jobset.x-k8s.io/v1alpha2", "JobSet")]
 DAEMONSET = KNOWN_RESOURCES[("apps/v1", "DaemonSet")]
 DEPLOYMENT = KNOWN_RESOURCES[("apps/v1", "Deployment")]
 CRD = KNOWN_RESOURCES[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]
+RESOURCE_SLICE = KNOWN_RESOURCES[("resource.k8s.io/v1", "ResourceSlice")]
+DEVICE_CLASS = KNOWN_RESOURCES[("resource.k8s.io/v1", "DeviceClass")]
+RESOURCE_CLAIM = KNOWN_RESOURCES[("resource.k8s.io/v1", "ResourceClaim")]
+RESOURCE_CLAIM_TEMPLATE = KNOWN_RESOURCES[("resource.k8s.io/v1", "ResourceClaimTemplate")]

@@ -385,6 +385,26 @@ class Config:
     gpu_requested: int = setting("TestBertInference: GPUs its pod asks for, and that a node must advertise before "
                                  "it starts (upstream's flag)", parse_count, "a whole number >= 1",
                                  env="GPU_REQUESTED", flags=("gpuRequested",), default=1)
+    # -- upstream's nvidia-dra suite (nvidia-dra.test, docs/DROP-IN.md) --
+    rdma_device_dra_driver_image: str | None = setting(
+        "nvidia-dra: image of dranet, the RDMA (EFA) DRA driver the suite deploys when no dranet publishes the "
+        "nodes' devices (upstream's flag, required there and here)", parse_image_or_empty, "an image reference",
+        env="RDMA_DEVICE_DRA_DRIVER_IMAGE", flags=("rdmaDeviceDraDriverImage",))
+    accelerator_dra_driver_image: str | None = setting(
+        "nvidia-dra: image of NVIDIA's DRA driver, set as the Helm chart's image.repository and image.tag "
+        "(upstream's flag); unset: the chart's own", parse_image_or_empty, "an image reference",
+        env="ACCELERATOR_DRA_DRIVER_IMAGE", flags=("acceleratorDraDriverImage",))
+    container_test_image: str = setting(
+        "nvidia-dra: image of the NCCL test MPIJob (nccl-tests and OpenMPI, upstream's flag); required under "
+        "nvidia-dra.test, this project's nccl-tests image under e2e-nvidia-dra", parse_image_or_empty,
+        "an image reference", env="CONTAINER_TEST_IMAGE", flags=("containerTestImage",), default=NCCL_TESTS_IMAGE)
+    auto_mode_enabled: bool = setting(
+        "nvidia-dra: the cluster runs EKS Auto Mode, whose node images set nvidia.com/gpu.present themselves: "
+        "TestGPUPresentLabel asserts that label instead of the suite applying it (upstream's flag)",
+        parse_bool, "true or false", flags=("autoModeEnabled",), is_bool_flag=True, default=False)
+    dra_pending_stabilization: float = setting(
+        "nvidia-dra's negative test: how long its worker pods must stay Pending once seen Pending (upstream's 2m)",
+        parse_duration, "a Go duration like 2m", env="DRA_PENDING_STABILIZATION", default=120.0)
     metric_dimensions: Mapping[str, str] = setting("CloudWatch metric dimensions (k=v,k2=v2): recorded as JUnit "
                                                    "properties; the CloudWatch export itself is not done here",
                                                    parse_dimensions, "comma-separated key=value pairs",

@@ -356,7 +356,10 @@ def render_all(renderings: list[Rendering], save_to: Path) -> list[Obj]:
     """The objects of every rendering; saved (secrets redacted) one file per template."""
     by_template: dict[str, list[Obj]] = {}
     for rendering in renderings:
-        by_template.setdefault(rendering.template, []).extend(render(rendering.template, rendering.fields))
+        objects = render(rendering.template, rendering.fields)
+        if rendering.patch is not None:
+            objects = [rendering.patch(obj) for obj in objects]
+        by_template.setdefault(rendering.template, []).extend(objects)
     for template, objects in by_template.items():
         save(save_to, template, objects)
     return [obj for objects in by_template.values() for obj in objects]
@@ -382,12 +385,13 @@ def apply_workload(t: TestContext, obj: Obj) -> None:
             raise JobFailed(f"{obj['kind']} {meta['name']} was refused at admission: {message}") from None
 
 
-def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG) -> Job:
-    """Render and apply the workload for its launcher (LAUNCHER unless it names one), the operator
-    its launcher's API needs installed first when missing (harness.setup.operators); the job's
-    teardown is registered before anything is applied."""
+def launch(t: TestContext, workload: Workload, heading: Heading = Heading.TEST_LOG,
+           launcher: Launcher | None = None) -> Job:
+    """Render and apply the workload for its launcher (`launcher`, else the one it names, else
+    LAUNCHER's), the operator its launcher's API needs installed first when missing
+    (harness.setup.operators); the job's teardown is registered before anything is applied."""
     started = time.monotonic()
-    launcher = LAUNCHERS[workload.launcher or t.cfg.launcher]
+    launcher = launcher or LAUNCHERS[workload.launcher or t.cfg.launcher]
     if workload.image is None:  # TRAINING_IMAGE's; the others were checked where the test named them
         image(t, "training_image")
     if launcher.needs_api is not None:

@@ -4,7 +4,7 @@ the Rendering it makes of them (a manifests/ template and its fields)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,3 +93,6 @@ class Rendering:
 
     template: str
     fields: dict[str, Any]
+    # What a launcher changes in each rendered object beyond the template's fields (nvidia-dra's
+    # MPIJob: its workers claim GPUs and EFAs through ResourceClaims instead of device-plugin resources).
+    patch: Callable[[dict[str, Any]], dict[str, Any]] | None = None

@@ -138,11 +138,13 @@ def readiness(obj: Obj, node_names: tuple[str, ...], grace: float) -> tuple[Cond
     return None
 
 
-def ensure(session: RunContext, addon: Addon, node_names: tuple[str, ...]) -> None:
-    """Create what the cluster lacks of the add-on, register its removal, wait for all of it."""
+def ensure(session: RunContext, addon: Addon, node_names: tuple[str, ...], objects: list[Obj] | None = None) -> None:
+    """Create what the cluster lacks of the add-on (`objects`: its objects as the caller completed
+    them, dranet with its image), register its removal, wait for all of it."""
     cluster, cfg = session.cluster, session.cfg
     assert cluster is not None, "ensure an add-on after connecting"
-    objects = addon_objects(addon, cfg.run_id, cfg.tolerations.as_pod_spec())
+    if objects is None:
+        objects = addon_objects(addon, cfg.run_id, cfg.tolerations.as_pod_spec())
     live = {describe(obj): cluster.get(cluster.resource(obj["apiVersion"], obj["kind"]), obj["metadata"]["name"],
                                        obj["metadata"].get("namespace")) for obj in objects}
     created = [obj for obj in objects if live[describe(obj)] is None]

@@ -42,6 +42,9 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices", True),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    # The DRA stand-in's (localcluster/emulation/dra.py).
+    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses", False),
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from localcluster.base.settings import LOOPBACK
 from localcluster.control.api import ApiClient
 from localcluster.control.components import KWOK_NODE_LABEL, KWOK_NODE_LABEL_VALUE
+from localcluster.emulation import dra
 
 MANAGED_LABEL = "kubetest2-training.local/node"
 # Label that the kwok stage in kwok_stages.yaml turns into Ready=False (and back when removed).
@@ -110,7 +111,11 @@ def replace_nodes(api: ApiClient, shape_name: str, count: int, efa: int) -> list
         raise SystemExit(f"local-cluster: node count must be at least 1, got {count}")
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
         list(pool.map(lambda node: delete_node(api, node["metadata"]["name"]), managed_nodes(api)))
-        return list(pool.map(lambda index: create_node(api, node_manifest(shape, index, efa)), range(count)))
+        created = list(pool.map(lambda index: create_node(api, node_manifest(shape, index, efa)), range(count)))
+        # The DRA drivers' devices on GPU nodes, as they would publish them (a stand-in: see dra.py).
+        dra.publish_classes(api, shape)
+        list(pool.map(lambda name: dra.publish(api, shape, name), created))
+    return created
 
 
 def delete_node(api: ApiClient, name: str) -> None:
@@ -118,6 +123,7 @@ def delete_node(api: ApiClient, name: str) -> None:
     the same name (a conflict on every try) and a thousand re-created nodes stayed NotReady."""
     api.delete("Node", name)
     api.delete("Lease", name, NODE_LEASE_NAMESPACE)
+    dra.unpublish(api, name)  # its owner reference would remove them too, but not before a new node of its name
 
 
 def create_node(api: ApiClient, manifest: dict[str, Any]) -> str:

@@ -4,7 +4,8 @@ multi-node:<nccl test> (nccl-tests in an MPIJob, bus bandwidth and the EFA path 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from harness.cluster.logs import CapturedLog
 from harness.errors import TestFailure
@@ -12,7 +13,8 @@ from harness.framework.context import TestContext
 from harness.framework.suite import TestFunc
 from harness.jobs.assessment import assess
 from harness.jobs.images import image
-from harness.jobs.job import launch
+from harness.jobs.job import Job, launch
+from harness.jobs.launchers import Launcher
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.verdict.bandwidth import judge_busbw
@@ -55,33 +57,47 @@ class NcclSweep:
     requires_gdrdma: bool
     # upstream's test (TestMPIJobPytorchTraining): the bandwidth checks decide only with JUDGE_BANDWIDTH.
     upstream: bool = False
+    iterations: int = 10  # nccl-tests' -n (upstream's nvidia-dra MPIJob runs 100)
+    # What the job adds to the ranks' environment (upstream's nvidia-dra MPIJob's -x NCCL_* values).
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    image_setting: str = "nccl_tests_image"  # the image setting it runs (nvidia-dra: container_test_image)
 
 
-# Why the bandwidth checks of upstream's test do not decide its verdict unless asked (docs/DROP-IN.md).
-UPSTREAM_JUDGES_NO_BANDWIDTH = ("upstream's TestMPIJobPytorchTraining judges no bandwidth "
-                                "(JUDGE_BANDWIDTH=true or --judgeBandwidth makes this decide)")
+def upstream_judges_no_bandwidth(test: str) -> str:
+    """Why the bandwidth checks of upstream's test (`TestX` of `TestX/<feature>`) do not decide its
+    verdict unless asked (docs/DROP-IN.md)."""
+    return (f"upstream's {test.split('/', maxsplit=1)[0]} judges no bandwidth "
+            "(JUDGE_BANDWIDTH=true or --judgeBandwidth makes this decide)")
 
 
-def run_nccl_tests(t: TestContext, sweep: NcclSweep) -> None:
-    """nccl-tests in an MPIJob like upstream's, launched; then the assessment `MPIJob succeeds`:
-    results, bus bandwidth and the EFA path checked."""
+def nccl_workload(t: TestContext, sweep: NcclSweep) -> Workload:
+    """The sweep's nccl-tests program in an MPIJob: NCCL_DEBUG=INFO, its buffer, EFA's variables
+    where the nodes advertise EFA."""
     efa = bool(t.topology.efa_per_node)
-    workload = Workload(
+    return Workload(
         sweep.job_name, binary=f"{NCCL_TESTS_DIR}/{sweep.operation}",
-        args=("-b", "8", "-e", sweep.max_bytes, "-f", "2", "-c", "1", "-n", "10"),
-        image=image(t, "nccl_tests_image"), launcher="mpi", nodes=sweep.nodes,
+        args=("-b", "8", "-e", sweep.max_bytes, "-f", "2", "-c", "1", "-n", str(sweep.iterations)),
+        image=image(t, sweep.image_setting), launcher="mpi", nodes=sweep.nodes,
         extra_env={"NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": str(sweep.buffsize),
-                   **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {})})
-    job = launch(t, workload)
+                   **({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"} if efa else {}), **sweep.extra_env})
+
+
+def run_nccl_tests(t: TestContext, sweep: NcclSweep, launcher: Launcher | None = None,
+                   more: Callable[[Job], list[Check]] | None = None) -> None:
+    """nccl-tests in an MPIJob like upstream's, launched (by `launcher`, default the mpi one); then
+    the assessment `MPIJob succeeds`: results, bus bandwidth, the EFA path and `more`'s checks."""
+    job = launch(t, nccl_workload(t, sweep), launcher=launcher)
     nodes = sweep.nodes or t.topology.node_count
 
     def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
         verdict = judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw)
         if sweep.upstream and not t.cfg.judge_bandwidth:
-            verdict.checks = [c.informational(UPSTREAM_JUDGES_NO_BANDWIDTH) for c in verdict.checks]
+            verdict.checks = [c.informational(upstream_judges_no_bandwidth(t.name)) for c in verdict.checks]
         # upstream's: judged only with --efaEnabled=true (its default false checks nothing about EFA)
         if t.cfg.efa_enabled and sweep.requires_gdrdma:
             verdict.add(check_gdrdma(t, job.capture_logs()))
+        for check in more(job) if more is not None else ():
+            verdict.add(check)
         return verdict
 
     def succeeds() -> None:

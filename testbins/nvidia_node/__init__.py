@@ -12,7 +12,9 @@
 | device_nodes     | nvidia-persistence-device-nodes         | TestDeviceNodes                               |
 | shared_libraries | nvidia-shared-libraries                 | TestSharedLibraries                           |
 | inference        | nvidia-inference                        | TestBertInference                             |
+| dra              | nvidia-dra                              | TestGPUPresentLabel, TestNvidiaDRAMultiNode   |
 
+nvidia-dra's MPIJob claims its workers' GPUs and EFAs through DRA ResourceClaims (dra.py).
 The scripts the pods run are files in manifests/scripts/ (`*-check.sh`); docs/DROP-IN.md lists what
 each asserts and where this project judges more than upstream.
 

@@ -6,6 +6,7 @@ per-node Jobs, the log capture and the verdict are the real ones; the scripts' o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,3 +85,61 @@ def test_upstreams_inference_line_runs_and_without_its_image_fails_naming_the_fl
     done, cases = run(p5, tmp_path / "no-image", "nvidia-inference", "gpu-node-checks")
     assert done.returncode == 1
     assert "--bertInferenceImage (or BERT_INFERENCE_IMAGE) must be set" in cases["TestBertInference"].result[0].message
+
+
+# upstream's nvidia-dra CI line (its required flags; the dranet image is never pulled here: the local
+# cluster's DRA stand-in publishes the drivers' devices, localcluster/emulation/dra.py). The negative
+# test case's 2 minutes of upstream's stabilization, shortened by the environment, not the line.
+DRA_LINE = ("--nodeType=p5.48xlarge", "--rdmaDeviceDraDriverImage=registry.k8s.io/networking/dranet:stable",
+            f"--containerTestImage={UPSTREAM_TEST_IMAGE}")
+DRA_ENV = {"DRA_PENDING_STABILIZATION": "5s"}
+POSITIVE = "TestNvidiaDRAMultiNode/all-efas-all-gpus"
+NEGATIVE = "TestNvidiaDRAMultiNode/five-efas-one-gpu-negative-test"
+
+
+def run_dra(cluster: LocalCluster, artifacts: Path, canned: str, *line: str):
+    done = kubetest2(cluster, artifacts, "exec", "nvidia-dra.test", "--test.v", *line,
+                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}={canned}", **DRA_ENV})
+    return done, junit_cases(artifacts, "e2e-nvidia-dra")
+
+
+def test_upstreams_dra_line_passes_with_claims_the_real_scheduler_allocated(p5: LocalCluster, tmp_path: Path):
+    done, cases = run_dra(p5, tmp_path / "artifacts", "gpu-node-checks", *DRA_LINE)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert set(cases) == {"TestGPUPresentLabel", "TestNvidiaDRAMultiNode", POSITIVE, NEGATIVE}, sorted(cases)
+    assert cases["TestGPUPresentLabel"].is_skipped  # no --autoModeEnabled: upstream's skip
+    props = case_properties(cases[POSITIVE])
+    assert props["execution"] == "canned", props
+    # the kube-scheduler allocated each worker's claims from the stand-in's ResourceSlices: all of a p5's devices
+    for worker in ("multi-node-nccl-test-worker-0", "multi-node-nccl-test-worker-1"):
+        assert (props[f"dra.{worker}.gpus_allocated"], props[f"dra.{worker}.efa_allocated"]) == ("8", "32"), props
+    efa = [v for k, v in props.items() if k.startswith("check.dra.efa.")]
+    assert len(efa) == 2 and all(v.startswith("pass: ") for v in efa), props
+    assert_judged_as_declared(POSITIVE, cases[POSITIVE])
+    mpijob = (tmp_path / "artifacts" / "e2e-nvidia-dra" / "TestNvidiaDRAMultiNode" / "all-efas-all-gpus" / "manifests"
+              / "mpijob.yaml").read_text()
+    assert "resourceClaimTemplateName: rct-all-gpus" in mpijob and "nvidia.com/gpu: " not in mpijob
+    # the negative case: the scheduler could not put 5 EFAs and a GPU on one PCIe root of any node
+    negative = case_properties(cases[NEGATIVE])["check.dra.unschedulable"]
+    assert negative.startswith("pass: 2 workers unschedulable: ") and "claim" in negative, negative
+    labels = p5.kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "name")
+    assert labels.strip() == "", labels  # the label the suite added is gone with the run
+
+
+def test_dra_names_the_node_whose_nccl_did_not_use_its_claimed_efas(p5: LocalCluster, tmp_path: Path):
+    done, cases = run_dra(p5, tmp_path / "artifacts", "gpu-node-checks-broken", *DRA_LINE,
+                          "--test.run=TestNvidiaDRAMultiNode/all-efas")
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    case = cases[POSITIVE]
+    result = json.loads((tmp_path / "artifacts" / "e2e-nvidia-dra" / "TestNvidiaDRAMultiNode" / "all-efas-all-gpus"
+                         / "result.json").read_text())
+    (node,) = [pod["node"] for pod in result["pods"] if pod["name"] == "multi-node-nccl-test-worker-0"]
+    message = case.result[0].message
+    assert f"dra.efa on node {node}: NCCL on multi-node-nccl-test-worker-0 selected no EFA provider" in message, message
+
+
+def test_the_dra_line_without_its_dranet_image_fails_naming_the_flag(p5: LocalCluster, tmp_path: Path):
+    done, cases = run_dra(p5, tmp_path / "artifacts", "gpu-node-checks", "--nodeType=p5.48xlarge",
+                          f"--containerTestImage={UPSTREAM_TEST_IMAGE}", "--test.run=TestNvidiaDRAMultiNode/all-efas")
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "-rdmaDeviceDraDriverImage is required" in cases[POSITIVE].result[0].message

@@ -327,7 +327,7 @@ def nvidia_without_cluster(monkeypatch) -> list[str]:
     launched: list[str] = []
     monkeypatch.setattr(Runner, "_set_up", lambda runner: setattr(runner.session, "topology", two_p5_nodes()))
     for module in (nccl, mpi, unit, capabilities, containerd, dcgm, capacity, node_pairs):
-        monkeypatch.setattr(module, "launch", lambda t, workload, *_: LaunchedJob(t, workload, launched))
+        monkeypatch.setattr(module, "launch", lambda t, workload, *_, **__: LaunchedJob(t, workload, launched))
         if hasattr(module, "image"):
             monkeypatch.setattr(module, "image", lambda *_, **__: "example.com/image:tag")
     return launched

@@ -28,6 +28,9 @@ CLIENT_VERBS = {"get": {"get"}, "list": {"list"}, "delete": {"delete"}, "apply":
 WATCH_VERBS = {"list", "watch"}
 # Kinds only the mpi-operator add-on's installation touches: not granted (see manifests/rbac.yaml).
 MPI_OPERATOR_ONLY = {"CRD", "DEPLOYMENT"}
+# What only nvidia-dra's set-up changes, where the cluster lacks it, and only with an administrator's
+# rights (not granted: docs/RBAC.md's `create deviceclasses` row says no): the DeviceClass it removes after.
+ADMIN_ONLY_CHANGES = {("DEVICE_CLASS", "delete")}
 
 
 def group_of(resource: Resource) -> str:
@@ -65,6 +68,8 @@ def calls_in_source() -> dict[tuple[str, str, str], list[str]]:
                 if resource is None or match["name"] in MPI_OPERATOR_ONLY:
                     continue
                 for verb in CLIENT_VERBS.get(match["call"], WATCH_VERBS):
+                    if (match["name"], verb) in ADMIN_ONLY_CHANGES:
+                        continue
                     used.setdefault((group_of(resource), resource.plural, verb), []).append(
                         f"{path.relative_to(REPO)}:{number}")
     return used
