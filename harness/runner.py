@@ -238,8 +238,9 @@ class Runner:
         cluster.retry_budget = RETRY_BUDGET_SECONDS  # from now on, ride out API server restarts
         self.session.cluster = cluster
         selection = select_nodes(list_nodes(cluster), self.cfg)
-        set_up_device_plugins(self.session, tuple(n.name for n in selection.ready[: selection.count]))
-        self.session.topology = discover(cluster, self.cfg, self.cancel)
+        if not self.suite.devices_by_dra:  # a DRA suite's GPUs are its driver's (Suite.devices_by_dra)
+            set_up_device_plugins(self.session, tuple(n.name for n in selection.ready[: selection.count]))
+        self.session.topology = discover(cluster, self.cfg, self.cancel, advertised=not self.suite.devices_by_dra)
 
     def _run_tests(self, planned: list[Planned]) -> None:
         timer = self._start_timeout()

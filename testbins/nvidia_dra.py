@@ -17,7 +17,7 @@ SUITE = Suite("e2e-nvidia-dra", (
     "Upstream aws-k8s-tester's nvidia-dra suite: GPUs and EFAs through Dynamic Resource Allocation: an NCCL "
     "all_reduce_perf MPIJob across the nodes whose workers claim them with ResourceClaims (NVIDIA's DRA driver, "
     "dranet), and a claim no p5 node can satisfy stays unschedulable."
-    ), aliases=("nvidia-dra.test",))
+    ), aliases=("nvidia-dra.test",), devices_by_dra=True)
 DRA = {"suite": ("nvidia-dra",)}
 SUITE.test("TestGPUPresentLabel", upstream=True, feature="gpu-present-label",
            launches="nothing: reads the `--nodeType` nodes' labels (with `--autoModeEnabled`; skipped without)",

@@ -111,6 +111,10 @@ class Suite:
     aliases: tuple[str, ...] = ()
     # The name this process was called by, when it is one of `aliases` (as_invoked sets it).
     invoked_as: str = ""
+    # Its pods get GPUs through DRA ResourceClaims (nvidia-dra), not the nvidia.com/gpu resource: no
+    # device plugin is installed for it (NVIDIA's DRA driver, with its GPU resources on, takes the
+    # GPUs instead of the plugin) and discovery does not wait for nodes to advertise nvidia.com/gpu.
+    devices_by_dra: bool = False
 
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
              assessments: tuple[str, ...] = (), needs_cluster: bool = True, upstream: bool = False,

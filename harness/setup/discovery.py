@@ -115,13 +115,22 @@ def _check_fits_node_type(selection: Selection, wanted: int) -> None:
                           f"fit this node type; set GPUS_PER_NODE to {most} or less")
 
 
-def _gpus(cluster: Cluster, cfg: Config, selection: Selection,
-          cancel: CancelToken) -> tuple[list[NodeInfo], int, Origin]:
-    """The nodes to use, GPUs (processes) per node and where that number came from."""
+def _gpus(cluster: Cluster, cfg: Config, selection: Selection, cancel: CancelToken,
+          advertised: bool = True) -> tuple[list[NodeInfo], int, Origin]:
+    """The nodes to use, GPUs (processes) per node and where that number came from. `advertised`
+    False (a DRA suite): the GPUs are a DRA driver's devices, no node resource, so nothing is
+    awaited: GPUS_PER_NODE, else the type's table (else what the nodes advertise, if any)."""
     if cfg.accelerator == "cpu":
         if cfg.gpus_per_node is not None:
             return selection.ready, cfg.gpus_per_node, cfg.origin("gpus_per_node")
         return selection.ready, 1, Origin(Source.DERIVED, "one process per node with ACCELERATOR=cpu")
+    if not advertised:
+        if cfg.gpus_per_node is not None:
+            return selection.ready, cfg.gpus_per_node, cfg.origin("gpus_per_node")
+        expected = expected_per_node(selection.node_type, selection.ready[: selection.count], GPU_RESOURCE)
+        return selection.ready, max(expected.count, 1), Origin(
+            Source.DERIVED if expected.from_table else Source.DISCOVERED,
+            f"GPUs through DRA, not awaited as {GPU_RESOURCE}: {expected.source}")
     wanted = cfg.gpus_per_node or 1
     _check_fits_node_type(selection, wanted)
     if sum(1 for n in selection.ready if n.gpus >= wanted) < selection.count:
@@ -155,10 +164,11 @@ def _efa(cfg: Config, node_type: str, chosen: list[NodeInfo]) -> tuple[int, Orig
                                   f"{EFA_RESOURCE}: {expected.source}")
 
 
-def discover(cluster: Cluster, cfg: Config, cancel: CancelToken) -> Topology:
-    """The nodes to use and what they offer; ConfigError when the cluster cannot run the suites."""
+def discover(cluster: Cluster, cfg: Config, cancel: CancelToken, advertised: bool = True) -> Topology:
+    """The nodes to use and what they offer; ConfigError when the cluster cannot run the suites.
+    `advertised` False: the suite's GPUs come through DRA (harness.framework.suite.Suite.devices_by_dra)."""
     selection = select_nodes(list_nodes(cluster), cfg)
-    usable, gpus, gpus_origin = _gpus(cluster, cfg, selection, cancel)
+    usable, gpus, gpus_origin = _gpus(cluster, cfg, selection, cancel, advertised)
     chosen = usable[: selection.count]
     efa, efa_origin = _efa(cfg, selection.node_type, chosen)
     tolerations = pod_tolerations(cfg)
