@@ -272,10 +272,12 @@ def log_line_matches(namespace: str, pod: str, pattern: re.Pattern[str], contain
 
 
 def log_line_after(namespace: str, pod: str, first: re.Pattern[str], then: re.Pattern[str],
-                   container: str | None = None) -> Condition:
+                   container: str | None = None,
+                   first_accepted: Callable[[re.Match[str]], bool] | None = None) -> Condition:
     """A line matching `then` after one matching `first` in the pod's log (the `then` line is the
     description): e.g. the first training step after "resumed from step N"; JobFailed if the log
-    ends without one."""
+    ends without one. `first_accepted` narrows which `first` lines count (a resume from a step at
+    least N: not an earlier restart's, the log being read from its start)."""
     followed = FollowedLog(namespace, pod, re.compile(f"(?:{first.pattern})|(?:{then.pattern})"), container)
 
     def check(state: ClusterState, _now: float) -> str | None:
@@ -283,7 +285,8 @@ def log_line_after(namespace: str, pod: str, first: re.Pattern[str], then: re.Pa
         for line in state.log_lines(followed):
             if seen_first and then.search(line):
                 return line
-            seen_first = seen_first or bool(first.search(line))
+            match = first.search(line)
+            seen_first = seen_first or bool(match and (first_accepted is None or first_accepted(match)))
         if state.log_ended(followed):
             raise JobFailed(f"the log of {pod} ended without a line matching {then.pattern!r} after one matching "
                             f"{first.pattern!r}", pod)

@@ -80,7 +80,8 @@ def delete_a_worker_and_resume(t: TestContext, job: Job) -> None:
     t.cluster.delete(POD, victim["metadata"]["name"], job.namespace)
     deleted_at = time.monotonic()
     t.property("elastic.deleted_pod", victim["metadata"]["name"])
-    record_recovery(t, job, worker0, deleted_at)
+    saved = CHECKPOINT_LINE.search(line)
+    record_recovery(t, job, worker0, deleted_at, int(saved.group(1)) if saved else 0)
     job.wait_succeeded()
     metrics = assess(t, job, "nanogpt")
     resumed = [r.values.get("resumed_from_step") for r in metrics.ranks]
@@ -97,10 +98,11 @@ def delete_a_worker_and_resume(t: TestContext, job: Job) -> None:
                           f"from step >= {CHECKPOINT_EVERY}")
 
 
-def record_recovery(t: TestContext, job: Job, worker0: Obj, deleted_at: float) -> None:
-    """elastic.recovery_seconds: the deletion to rank 0's first step after it resumed. Rank 0 is
-    the index-0 pod's: the same pod under torchrun and DLRover (the deleted worker is the last
-    one), its successor after a JobSet restart."""
+def record_recovery(t: TestContext, job: Job, worker0: Obj, deleted_at: float, saved_step: int) -> None:
+    """elastic.recovery_seconds: the deletion to rank 0's first step after it resumed from a step at
+    least `saved_step` (the checkpoint seen before the deletion; an earlier restart's resume, its
+    own recovery, does not count). Rank 0 is the index-0 pod's: the same pod under torchrun and
+    DLRover (the deleted worker is the last one), its successor after a JobSet restart."""
     pod = worker0["metadata"]["name"]
     if t.cfg.launcher == "trainjob":
         # JobSet recreates the pods; the new index-0 pod runs rank 0.
@@ -114,7 +116,8 @@ def record_recovery(t: TestContext, job: Job, worker0: Obj, deleted_at: float) -
         pod = job.wait(pod_found(job.namespace, job.selector, restarted_rank0,
                                  "rank 0's pod of the restarted JobSet to run"))
     try:
-        line = job.wait(log_line_after(job.namespace, pod, RESUMED_LINE, STEP_LINE))
+        line = job.wait(log_line_after(job.namespace, pod, RESUMED_LINE, STEP_LINE,
+                                       first_accepted=lambda resumed: int(resumed.group(1)) >= saved_step))
     except JobFailed as exc:
         if not str(exc).startswith(f"the log of {pod} ended"):
             raise

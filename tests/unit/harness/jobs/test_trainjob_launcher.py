@@ -190,6 +190,20 @@ def test_the_first_step_after_the_resume_line():
         cond.check(ended, 0)
 
 
+def test_an_earlier_restarts_resume_is_not_the_recovery_from_the_deletion():
+    # Seen on the real nodes (LAUNCHER=dlrover): a rank restarted at step 5 for another reason, then
+    # the worker was deleted after the checkpoint of step 10; only the resume from >= 10 is measured.
+    cond = log_line_after("ns", "p", re.compile(r"resumed from step (\d+)"), re.compile(r"^KT2T_STEP "),
+                          first_accepted=lambda match: int(match.group(1)) >= 10)
+    (followed,) = cond.watches
+    state = ClusterState()
+    for line in ("resumed from step 5", 'KT2T_STEP {"step": 5}', "resumed from step 10"):
+        state.apply((LOG_LINE, followed, line))
+    assert cond.check(state, 0) is None
+    state.apply((LOG_LINE, followed, 'KT2T_STEP {"step": 10}'))
+    assert cond.check(state, 0) == 'KT2T_STEP {"step": 10}'
+
+
 def test_failure_conditions_of_an_elastic_trainjob_leave_its_jobs_to_jobset():
     plain = Workload("mnist-training", "workloads.mnist")
     elastic = Workload("nanogpt-elastic", "workloads.nanogpt", elastic=True, max_restarts=3)
