@@ -324,6 +324,13 @@ TEMPLATE_FIELDS = {
                       "Volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
                       "VolumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]},
     "trainjob-elastic-runtime.yaml": {"MaxRestarts": 3},
+    # nvidia-dra: the DeviceClasses dranet and NVIDIA's chart make, and upstream's p5 claim templates.
+    "dra-device-classes.yaml": {},
+    "dra-p5-resource-claim-templates.yaml": {},
+    "elasticjob.yaml": {"MasterClusterRole": "kubetest2-training-dlrover-master", "RestartCount": 3,
+                        "Command": ["dlrover-run"], "Args": ["--nnodes=4", "-m", "workloads.nanogpt"],
+                        "Volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                        "VolumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]},
 }
 # Trainer's webhook refuses a TrainJob whose runtime does not exist, dry run or not.
 TRAINJOB_RUNTIME = REPO / "manifests" / "addons" / "torch-distributed-runtime.yaml"
