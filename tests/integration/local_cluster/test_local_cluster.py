@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from localcluster.base.settings import DEFAULT_PORTS
+
 from ..conftest import LOCAL_CLUSTER, REPO, LocalCluster, describe_pod, run_local_cluster, wait_for, watch_pods
 
 pytestmark = pytest.mark.integration
@@ -338,10 +340,14 @@ def component_pids(status_output: str) -> dict[str, int]:
     return pids
 
 
+# Every process `hack/local-cluster up` starts without real nodes, as `status` names them.
+COMPONENTS = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "mpi-operator",
+              "trainer-controller-manager", "jobset-controller-manager", "elasticjob-operator", "node-agent"}
+
+
 def test_every_listener_is_on_loopback(cluster: LocalCluster):
     pids = component_pids(run_local_cluster("status"))
-    assert set(pids) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                         "mpi-operator", "trainer-controller-manager", "jobset-controller-manager", "node-agent"}
+    assert set(pids) >= COMPONENTS
     # The supervised components' (mpi-operator, trainer, JobSet) sockets are their children's.
     addresses = listening_addresses(with_descendants(set(pids.values())))
     assert addresses, "no listening socket found"
@@ -350,7 +356,7 @@ def test_every_listener_is_on_loopback(cluster: LocalCluster):
 
 def free_port_offset() -> int:
     """A KT2T_PORT_OFFSET whose every port is free (other sessions may run second clusters too)."""
-    defaults = (23790, 23800, 26443, 20257, 20259, 20250, 20280, *range(20290, 20296))
+    defaults = DEFAULT_PORTS.values()
     # Multiples of 100: no port of one set can then land on a port of another set. From 1000 up:
     # hack/test's passes run their own clusters at +0, +200, +500 and +800 at the same time.
     for offset in random.sample(range(1000, 3000, 100), 20):
@@ -379,7 +385,7 @@ def test_a_second_cluster_comes_up_and_down_leaves_no_process():
             nodes = client.CoreV1Api(api).list_node().items
         assert len(nodes) == 2 and all(node_ready(n) for n in nodes)
         pids = component_pids(run_local_cluster("status", env=env))
-        assert len(pids) == 9
+        assert set(pids) == COMPONENTS
     finally:
         subprocess.run([str(LOCAL_CLUSTER), "down"], env=env, capture_output=True, check=False)
         shutil.rmtree(state.parent, ignore_errors=True)
