@@ -12,6 +12,8 @@ STANDS_IN_FOR_ANNOTATION = ANNOTATION_PREFIX + "stands-in-for-image"
 # agent's signal to kwok's stages that the log files are in place.
 CANNED_LOG_ANNOTATION = ANNOTATION_PREFIX + "canned-log"
 FAIL_ANNOTATION = ANNOTATION_PREFIX + "fail"
+# With fail=exit-code: the code the pod's containers exit with (kwok_stages.yaml; default 1).
+EXIT_CODE_ANNOTATION = ANNOTATION_PREFIX + "exit-code"
 LOGS_READY_ANNOTATION = ANNOTATION_PREFIX + "logs-ready"
 # Why the agent served a pod canned logs instead of running it (an annotation asked for them, a
 # container has no command, the pod had started before this agent saw it): without it a pod canned

@@ -18,6 +18,7 @@ from typing import Any
 from localcluster.base.annotations import (
     CANNED_BECAUSE_ANNOTATION,
     CANNED_LOG_ANNOTATION,
+    EXIT_CODE_ANNOTATION,
     FAIL_ANNOTATION,
     JOB_INDEX_ANNOTATION,
     LOGS_READY_ANNOTATION,
@@ -36,6 +37,20 @@ JOB_LABEL = "kubetest2-training/job"
 CANNED_LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # Replaced in a canned log name by the pod's index in its job (pod_index).
 INDEX_PLACEHOLDER = "{index}"
+# A canned log may say, in its header, the exit status of the program it stands in for
+# (`# CANNED EXIT 11: ...`): its pod then fails with that code, as the real program's would, so a
+# verdict on the pod's phase (upstream's) sees the failure the log shows.
+CANNED_EXIT = re.compile(r"^# CANNED EXIT (?P<code>\d{1,3})\b")
+
+
+def declared_exit_code(lines: list[str]) -> int | None:
+    """The exit status a canned log's header (its leading `#` lines) declares (CANNED_EXIT), or None."""
+    for line in lines:
+        if not line.startswith("#"):
+            return None
+        if match := CANNED_EXIT.match(line):
+            return int(match["code"])
+    return None
 
 
 def pod_index(pod: dict[str, Any]) -> str | None:
@@ -81,9 +96,12 @@ class CannedPods:
         crash_loops = annotations.get(FAIL_ANNOTATION) == "crashloop"
         started = datetime.now(timezone.utc)
         entries = []
+        exit_codes = []
         for container in all_containers(pod):
             name = container["name"]
-            content = cri_lines(self.lines(pod, name), started)
+            lines = self.lines(pod, name)
+            exit_codes.append(declared_exit_code(lines))
+            content = cri_lines(lines, started)
             container_dir = self.files.logs_dir(pod) / name
             container_dir.mkdir(parents=True, exist_ok=True)
             (container_dir / "0.log").write_text(content)
@@ -95,10 +113,15 @@ class CannedPods:
                 entry["previousLogsFile"] = str(container_dir / "previous.log")
             entries.append(entry)
         apply_logs(self.api, pod, entries)
-        if annotations.get(LOGS_READY_ANNOTATION) != "true" or CANNED_BECAUSE_ANNOTATION not in annotations:
-            # The reason travels with the pod so the harness's execution_of reads it as `canned`.
-            marks = {LOGS_READY_ANNOTATION: "true",
-                     CANNED_BECAUSE_ANNOTATION: annotations.get(CANNED_BECAUSE_ANNOTATION) or canned_because(pod)}
+        # The reason travels with the pod so the harness's execution_of reads it as `canned`.
+        marks = {LOGS_READY_ANNOTATION: "true",
+                 CANNED_BECAUSE_ANNOTATION: annotations.get(CANNED_BECAUSE_ANNOTATION) or canned_because(pod)}
+        declared = next((code for code in exit_codes if code), None)
+        if declared and FAIL_ANNOTATION not in annotations:
+            # Set with logs-ready, in one patch: kwok runs the pod only once that is there, and then
+            # ends it through pod-fail-exit-code instead of pod-complete.
+            marks |= {FAIL_ANNOTATION: "exit-code", EXIT_CODE_ANNOTATION: str(declared)}
+        if any(annotations.get(key) != value for key, value in marks.items()):
             self.api.merge_patch("Pod", meta["name"], {"metadata": {"annotations": marks}}, meta["namespace"])
 
     def ended(self, pod: dict[str, Any]) -> None:

@@ -172,3 +172,35 @@ def test_a_pod_canned_because_a_container_has_no_command_is_reported_canned(tmp_
     assert "worker" in annotations["kubetest2-training.local/canned-because"]
     pod["metadata"]["annotations"] = annotations
     assert execution_of(pod) == "canned"
+
+
+def test_a_canned_log_that_declares_its_exit_status_fails_its_pod_with_that_code(tmp_path):
+    """`# CANNED EXIT 11: ...` in a log's header: the pod gets fail=exit-code with that code, set with
+    logs-ready in one patch (kwok runs it only then), so a verdict on its phase sees the failure."""
+    from localcluster.emulation.canned_pods import declared_exit_code
+    from localcluster.hostnodes.pod_files import PodFiles
+
+    broken = (CANNED / "gpu-node-checks-broken" / "nvidia-driver-liveness-check.log").read_text().splitlines()
+    assert declared_exit_code(broken) == 11  # driver-liveness-check.sh's exit after FAIL 1.5
+    assert declared_exit_code((CANNED / "gpu-node-checks" / "nvidia-driver-liveness-check.log").read_text()
+                              .splitlines()) is None
+    assert declared_exit_code(["# CANNED OUTPUT ...", "OK 1.1", "# CANNED EXIT 3: not in the header"] * 2) is None
+
+    def served(canned: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        api = RecordingApi()
+        pods = CannedPods(api=api, files=PodFiles(tmp_path / canned / "logs", tmp_path / canned / "scratch"),  # type: ignore[arg-type]
+                          canned_logs_dir=CANNED, default_canned_log="bert-mpirun-32ranks")
+        pod = {"metadata": {"name": "check-0", "namespace": "ns", "uid": "u1",
+                            "annotations": {"kubetest2-training.local/canned-log": canned, **(extra or {})},
+                            "labels": {"kubetest2-training/job": "nvidia-driver-liveness-check"}},
+               "spec": {"nodeName": "kwok-0", "containers": [{"name": "check", "image": "x", "command": ["bash"]}]}}
+        pods.serve(pod)
+        return api.patches[-1]["metadata"]["annotations"]
+
+    marks = served("gpu-node-checks-broken")
+    assert (marks["kubetest2-training.local/fail"], marks["kubetest2-training.local/exit-code"]) == ("exit-code", "11")
+    assert marks["kubetest2-training.local/logs-ready"] == "true"
+    assert "kubetest2-training.local/fail" not in served("gpu-node-checks")
+    # a failure the pod's own annotations inject wins over the log's
+    assert "kubetest2-training.local/exit-code" not in served("gpu-node-checks-broken",
+                                                              {"kubetest2-training.local/fail": "oom"})
