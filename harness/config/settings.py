@@ -223,6 +223,14 @@ class Config:
                                     "(TestNCCLTests, TestNCCLAllReduce) always judge them",
                                     parse_bool, "true or false", env="JUDGE_BANDWIDTH", flags=("judgeBandwidth",),
                                     is_bool_flag=True, default=False)
+    judge_strict: bool = setting("under upstream's test names, let this project's checks beyond upstream's pass "
+                                 "criterion decide the verdict: a node check's log where its pod succeeded (the "
+                                 "GPU node suites), a DCGM report where dcgmi exited 0, each node's shared-GPU "
+                                 "count where the sum is right, dra.efa, dra.unschedulable, and nvidia-dra's "
+                                 "wait for every node's ResourceSlices. Upstream judges none of them, so by "
+                                 "default they are recorded as informational ('it would fail: ...'; docs/DROP-IN.md)",
+                                 parse_bool, "true or false", env="JUDGE_STRICT", flags=("judgeStrict",),
+                                 is_bool_flag=True, default=False)
     accelerator: str = setting("nvidia (NCCL, GPU requests) or cpu (gloo, no GPU requests)",
                                choice("nvidia", "cpu"), "nvidia or cpu", env="ACCELERATOR", default="nvidia")
     training_image: str = setting("image of the training workloads (every training test; TestBertTraining's "

@@ -237,3 +237,14 @@ class Verdict:
         first = failures[0]
         others = "".join(f"\nalso failed: {c.name}: {c.message}" for c in failures[1:])
         raise (ThresholdMissed if first.threshold else TestFailure)(first.message + others)
+
+
+def beyond_upstream(checks: Iterable[Check], test: str, strict: bool) -> list[Check]:
+    """Checks this project makes beyond the pass criterion of upstream's `test` (`TestX` or
+    `TestX/<feature>`): as they are with `strict` (JUDGE_STRICT), else informational, saying so."""
+    checks = list(checks)
+    if strict:
+        return checks
+    why = (f"upstream's {test.split('/', maxsplit=1)[0]} does not judge this "
+           "(JUDGE_STRICT=true or --judgeStrict makes it decide)")
+    return [c.informational(why) for c in checks]

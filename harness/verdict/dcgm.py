@@ -10,7 +10,8 @@ one result per GPU.
 
 A node passes when its report parsed, no result failed, at least one test passed (DCGM that skipped
 everything established nothing), dcgmi exited 0, and the per-GPU tests cover every GPU the node
-should have. Warnings are recorded, not failed: DCGM's own verdict treats them as passes.
+should have. Warnings are recorded, not failed: DCGM's own verdict treats them as passes. upstream
+judges dcgmi's exit status alone: the rest decides where dcgmi exited 0 only with JUDGE_STRICT.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.verdict.checks import Verdict, declare
+from harness.verdict.checks import Verdict, beyond_upstream, declare
 
-DCGM = declare("dcgm.<node>", "a DCGM test failed on the node, none passed, or the per-GPU tests missed a GPU",
-               "DCGM's own verdicts", settings=("DCGM_DIAG_LEVEL",))
+DCGM = declare("dcgm.<node>", "dcgmi exited non-zero on the node (upstream's verdict), or a DCGM test failed there, "
+               "none passed, or the per-GPU tests missed a GPU: where dcgmi exited 0, informational unless "
+               "JUDGE_STRICT", "DCGM's own verdicts", settings=("DCGM_DIAG_LEVEL", "JUDGE_STRICT"))
 
 REPORT_KEY = "DCGM GPU Diagnostic"
 # The line the test's script prints after dcgmi (its exit status): the pod itself exits 0 so that
@@ -126,16 +128,20 @@ def node_problem(report: NodeReport, gpus_per_node: int) -> str | None:
     return None
 
 
-def judge_dcgm(reports: Iterable[NodeReport], nodes: Iterable[str], gpus_per_node: int, level: str) -> Verdict:
+def judge_dcgm(reports: Iterable[NodeReport], nodes: Iterable[str], gpus_per_node: int, level: str, *,
+               test: str = "", strict: bool = True) -> Verdict:
     """One check per node of `nodes` (`dcgm.<node>`), failing with what failed on which GPU; a node
-    whose pod left no log fails too."""
+    whose pod left no log fails too. upstream's verdict is dcgmi's exit status: a node whose dcgmi
+    exited 0 and still fails here (a failed test, none passed, a GPU missed) is beyond upstream's
+    `test`, informational unless `strict`."""
     by_node = {r.node: r for r in reports}
     checks = []
     for node in nodes:
         report = by_node.get(node) or NodeReport(node, (), None, problem="no log of its pod was captured")
         problem = node_problem(report, gpus_per_node)
         if problem:
-            checks.append(DCGM.failed(f"dcgm-diag level {level} on node {report.node}: {problem}", part=report.node))
+            failed = DCGM.failed(f"dcgm-diag level {level} on node {report.node}: {problem}", part=report.node)
+            checks.extend([failed] if report.exit_status != 0 else beyond_upstream([failed], test, strict))
             continue
         counts = {s: len(report.with_status(s)) for s in (PASS, WARN, SKIP)}
         warned = report.with_status(WARN)

@@ -26,9 +26,10 @@ from harness.verdict.checks import Check, declare
 
 GPU_SHARING_ADVERTISED = declare(
     "gpu_sharing.advertised",
-    "a node does not advertise physical x `GPU_SHARING_REPLICAS` `nvidia.com/gpu` (named, with both counts)",
+    "a node does not advertise physical x `GPU_SHARING_REPLICAS` `nvidia.com/gpu` (named, with both counts). Where "
+    "the nodes' sum is right (upstream's criterion), informational unless JUDGE_STRICT",
     "`GPU_SHARING_REPLICAS`",
-    settings=("GPU_SHARING_REPLICAS",),
+    settings=("GPU_SHARING_REPLICAS", "JUDGE_STRICT"),
 )
 GPU_SHARING_OVERLAP = declare(
     "gpu_sharing.overlap",
@@ -85,6 +86,11 @@ def check_advertised(allocatable: Mapping[str, int], physical: Mapping[str, int]
     return GPU_SHARING_ADVERTISED.passed(f"{len(physical)} node(s) advertise {total} GPUs x {replicas} "
                                                   f"replicas = {total * replicas} nvidia.com/gpu",
                         measured=float(sum(allocatable[n] for n in physical)), expected=float(total * replicas))
+
+
+def advertised_in_sum(allocatable: Mapping[str, int], physical: Mapping[str, int], replicas: int) -> bool:
+    """upstream's criterion (TestTimeSlicing, TestMps): the nodes together advertise their GPUs times `replicas`."""
+    return sum(allocatable.get(node, 0) for node in physical) == sum(physical.values()) * replicas
 
 
 def peak_overlap(intervals: Iterable[tuple[float, float]]) -> int:

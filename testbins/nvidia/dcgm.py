@@ -39,8 +39,9 @@ def dcgm_image(t: TestContext) -> str:
 def test_dcgm_diagnostics(t: TestContext) -> None:
     """upstream's opt-in deep DCGM diagnostic (`dcgmi diag -r <level> -c <per-SKU config>`, up to hours):
     skipped unless --dcgmDiagEnabled, as upstream's. Runs on every node (a per-node Job with all its
-    GPUs, in --nvidiaTestImage as upstream's); each node's JSON report is judged: any failed test
-    fails the node, naming the test, the GPU and DCGM's warning (harness/verdict/dcgm.py)."""
+    GPUs, in --nvidiaTestImage as upstream's); a node whose dcgmi exited non-zero fails, named with
+    the test, the GPU and DCGM's warning from its JSON report; the report's other failures decide
+    with JUDGE_STRICT (harness/verdict/dcgm.py)."""
     if not t.cfg.dcgm_diag_enabled:
         t.skip("skipping deep DCGM diagnostics; set --dcgmDiagEnabled to run (long-running, not suitable for a "
                "per-build gate)")
@@ -59,7 +60,8 @@ def test_dcgm_diagnostics(t: TestContext) -> None:
         job.wait_succeeded()
         reports = [parse_report(log.node, read_lines(log.path)) for log in job.capture_logs()
                    if not log.previous and log.path.exists()]
-        record_verdict(t, judge_dcgm(reports, job.placement.node_names, t.topology.gpus_per_node, level))
+        record_verdict(t, judge_dcgm(reports, job.placement.node_names, t.topology.gpus_per_node, level, test=t.name,
+                                     strict=t.cfg.judge_strict))
 
     # the declared name: t.assessment puts --dcgmDiagLevel's value in it
     t.assessment("DCGM level-{dcgm_diag_level} diagnostic passes", diagnostic_passes)

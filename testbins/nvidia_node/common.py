@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from harness.cluster.manifests import script_text
+from harness.cluster.pods import node_of, phase_of
 from harness.errors import TestFailure
 from harness.framework.context import TestContext
 from harness.jobs.assessment import record_verdict
@@ -49,24 +50,28 @@ class NodeCheck:
                         extra_env={**COMPUTE_UTILITY, **self.env, **(env or {})}, host_paths=self.host_paths)
 
 
-def node_verdict(job: Job, check: NodeCheck) -> Verdict:
-    """Every node of the job judged on its log (harness/verdict/node_checks.py)."""
+def node_verdict(t: TestContext, job: Job, check: NodeCheck) -> Verdict:
+    """Every node of the job judged on its log (harness/verdict/node_checks.py): a node whose pod
+    failed (upstream's verdict) is named with why; a log that fails where the pod succeeded is beyond
+    upstream's criterion, informational unless JUDGE_STRICT."""
     logs = [NodeLog(entry.node, tuple(read_lines(entry.path))) for entry in job.capture_logs()
             if not entry.previous and entry.path.exists()]
-    return judge_node_checks(check.kind, logs, job.placement.node_names, check.done_line)
+    failed_on = {node_of(pod) for pod in job.pods_seen.values() if phase_of(pod) == "Failed"}
+    return judge_node_checks(check.kind, logs, job.placement.node_names, check.done_line, pods_failed_on=failed_on,
+                             test=t.name, strict=t.cfg.judge_strict)
 
 
 def judge_check(t: TestContext, job: Job, check: NodeCheck) -> None:
-    """The job succeeds (upstream's verdict) and every node's log says each assertion passed or was
-    skipped; a node that failed one is named with it, whether its pod failed or its log says so."""
+    """upstream's verdict: the job succeeds. Each node's log says why a node failed (naming the node and
+    the assertion) and, where every pod succeeded, what its script asserted (deciding with JUDGE_STRICT)."""
     try:
         job.wait_succeeded()
     except TestFailure:
-        verdict = node_verdict(job, check)
+        verdict = node_verdict(t, job, check)
         if not verdict.passed:
             record_verdict(t, verdict)  # raises, naming the node and the assertion it failed
         raise
-    record_verdict(t, node_verdict(job, check))
+    record_verdict(t, node_verdict(t, job, check))
 
 
 def run_check(t: TestContext, check: NodeCheck, assessment: str, *, test_image: str | None = None,

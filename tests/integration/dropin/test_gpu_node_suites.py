@@ -1,12 +1,16 @@
 """upstream's GPU node suites (nvidia-driver-liveness.test ... nvidia-inference.test) through the
 real kubetest2 on the local cluster's kwok p5 nodes: upstream's CI line of each, unchanged but for
 the image, passes with healthy canned logs (localcluster/emulation/canned_logs/gpu-node-checks) and
-fails with broken ones (gpu-node-checks-broken) naming the node and the assertion. The pods, the
-per-node Jobs, the log capture and the verdict are the real ones; the scripts' output is canned."""
+fails with broken ones (gpu-node-checks-broken: each pod exits with its script's code, so upstream's
+verdict fails too) naming the node and the assertion. A run upstream passes and only this project's
+stricter checks fail (gpu-node-checks-upstream-passes) passes by default, the checks recorded as
+informational, and fails with JUDGE_STRICT. The pods, the per-node Jobs, the log capture and the
+verdict are the real ones; the scripts' output is canned."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,10 +45,11 @@ def p5(cluster: LocalCluster) -> Iterator[LocalCluster]:
         ensure_default_nodes(cluster)
 
 
-def run(cluster: LocalCluster, artifacts: Path, folder: str, canned: str, *extra: str):
+def run(cluster: LocalCluster, artifacts: Path, folder: str, canned: str, *extra: str,
+        env: dict[str, str] | None = None):
     flags, _ = LINES.get(folder, ((), {}))
     done = kubetest2(cluster, artifacts, "exec", f"{folder}.test", "--test.v", *flags, *extra,
-                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}={canned}"})
+                     env={"ACCELERATOR": "nvidia", "POD_ANNOTATIONS": f"{CANNED}={canned}", **(env or {})})
     return done, junit_cases(artifacts, f"e2e-{folder}")
 
 
@@ -57,7 +62,8 @@ def test_upstreams_ci_line_passes_on_healthy_gpu_nodes(p5: LocalCluster, tmp_pat
     for name, (check, _) in tests.items():
         props = case_properties(cases[name])
         judged = {k: v for k, v in props.items() if k.startswith(f"check.{check}.")}
-        assert judged and all(v.startswith("pass: ") for v in judged.values()), props
+        # every pod succeeded, upstream's verdict: each node's log is recorded, deciding nothing by default
+        assert judged and all(v.startswith("informational: ") and "; it passes: " in v for v in judged.values()), props
         assert props["execution"] == "canned", props
         assert_judged_as_declared(name, cases[name])
 
@@ -71,7 +77,31 @@ def test_a_broken_node_fails_the_test_naming_it(p5: LocalCluster, tmp_path: Path
         case = cases[name]
         assert not case.is_passed, name
         message = case.result[0].message
-        assert f"{check} on node kwok-p5-0: {assertion}" in message, message
+        named = re.search(rf"{check} on node (kwok-p5-[01]): {re.escape(assertion)}", message)
+        assert named, message
+        # upstream's verdict fails as well: the named node's pod exited with the script's code (both nodes
+        # are broken; the test ends at the first pod that fails, so the other's may still run)
+        pods = json.loads((tmp_path / "artifacts" / f"e2e-{folder}" / name / "result.json").read_text())["pods"]
+        assert [pod["phase"] for pod in pods if pod["node"] == named[1]] == ["Failed"], pods
+
+
+def test_a_log_only_the_stricter_check_fails_is_informational_unless_judge_strict(p5: LocalCluster, tmp_path: Path):
+    """The driver-liveness script stops before its last check and its pod succeeds: upstream passes, so
+    under its name the run passes with the check recorded as informational; JUDGE_STRICT fails it."""
+    outcomes = {}
+    for strict in ("false", "true"):
+        outcomes[strict] = run(p5, tmp_path / strict, "nvidia-driver-liveness", "gpu-node-checks-upstream-passes",
+                               f"--nvidiaTestImage={UPSTREAM_TEST_IMAGE}", env={"JUDGE_STRICT": strict})
+    done, cases = outcomes["false"]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    props = case_properties(cases["TestDriverLiveness"])
+    assert props["check.driver_liveness.kwok-p5-0"].startswith(
+        "informational: upstream's TestDriverLiveness does not judge this (JUDGE_STRICT=true or --judgeStrict makes "
+        "it decide); it would fail: driver_liveness on node kwok-p5-0: the check did not finish"), props
+    done, cases = outcomes["true"]
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    message = cases["TestDriverLiveness"].result[0].message
+    assert "driver_liveness on node kwok-p5-0: the check did not finish" in message, message
 
 
 def test_upstreams_inference_line_runs_and_without_its_image_fails_naming_the_flag(p5: LocalCluster, tmp_path: Path):
@@ -114,27 +144,52 @@ def test_upstreams_dra_line_passes_with_claims_the_real_scheduler_allocated(p5: 
     for worker in ("multi-node-nccl-test-worker-0", "multi-node-nccl-test-worker-1"):
         assert (props[f"dra.{worker}.gpus_allocated"], props[f"dra.{worker}.efa_allocated"]) == ("8", "32"), props
     efa = [v for k, v in props.items() if k.startswith("check.dra.efa.")]
-    assert len(efa) == 2 and all(v.startswith("pass: ") for v in efa), props
+    assert len(efa) == 2 and all(v.startswith("informational: ") and "; it passes: " in v for v in efa), props
     assert_judged_as_declared(POSITIVE, cases[POSITIVE])
     mpijob = (tmp_path / "artifacts" / "e2e-nvidia-dra" / "TestNvidiaDRAMultiNode" / "all-efas-all-gpus" / "manifests"
               / "mpijob.yaml").read_text()
     assert "resourceClaimTemplateName: rct-all-gpus" in mpijob and "nvidia.com/gpu: " not in mpijob
     # the negative case: the scheduler could not put 5 EFAs and a GPU on one PCIe root of any node
     negative = case_properties(cases[NEGATIVE])["check.dra.unschedulable"]
-    assert negative.startswith("pass: 2 workers unschedulable: ") and "claim" in negative, negative
+    assert "; it passes: 2 workers unschedulable: " in negative and "claim" in negative, negative
     labels = p5.kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "name")
     assert labels.strip() == "", labels  # the label the suite added is gone with the run
 
 
-def test_dra_names_the_node_whose_nccl_did_not_use_its_claimed_efas(p5: LocalCluster, tmp_path: Path):
+def worker_node(artifacts: Path, worker: str) -> str:
+    result = json.loads((artifacts / "e2e-nvidia-dra" / "TestNvidiaDRAMultiNode" / "all-efas-all-gpus"
+                         / "result.json").read_text())
+    (node,) = [pod["node"] for pod in result["pods"] if pod["name"] == worker]
+    return node
+
+
+def test_dra_names_the_node_whose_rank_failed_the_mpijob(p5: LocalCluster, tmp_path: Path):
+    """upstream's verdict, the MPIJob's success, fails: mpirun's first failed rank names its worker's node."""
     done, cases = run_dra(p5, tmp_path / "artifacts", "gpu-node-checks-broken", *DRA_LINE,
                           "--test.run=TestNvidiaDRAMultiNode/all-efas")
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
-    case = cases[POSITIVE]
-    result = json.loads((tmp_path / "artifacts" / "e2e-nvidia-dra" / "TestNvidiaDRAMultiNode" / "all-efas-all-gpus"
-                         / "result.json").read_text())
-    (node,) = [pod["node"] for pod in result["pods"] if pod["name"] == "multi-node-nccl-test-worker-0"]
-    message = case.result[0].message
+    node = worker_node(tmp_path / "artifacts", "multi-node-nccl-test-worker-0")
+    message = cases[POSITIVE].result[0].message
+    assert f"rank 0 (pod multi-node-nccl-test-worker-0, node {node}) exited first, with code 3" in message, message
+
+
+def test_dra_records_the_node_whose_nccl_did_not_use_its_claimed_efas(p5: LocalCluster, tmp_path: Path):
+    """The job succeeds on sockets where worker 0's claimed EFAs never reached NCCL: upstream passes, so
+    dra.efa is informational naming the node; --judgeStrict=true makes it fail the test."""
+    outcomes = {}
+    for judge in ("", "--judgeStrict=true"):
+        outcomes[judge] = run_dra(p5, tmp_path / (judge or "upstream"), "gpu-node-checks-upstream-passes", *DRA_LINE,
+                                  "--test.run=TestNvidiaDRAMultiNode/all-efas", *([judge] if judge else []))
+    done, cases = outcomes[""]
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    node = worker_node(tmp_path / "upstream", "multi-node-nccl-test-worker-0")
+    efa = case_properties(cases[POSITIVE])[f"check.dra.efa.{node}"]
+    assert efa.startswith("informational: upstream's TestNvidiaDRAMultiNode does not judge this"), efa
+    assert f"it would fail: dra.efa on node {node}: NCCL on multi-node-nccl-test-worker-0" in efa, efa
+    done, cases = outcomes["--judgeStrict=true"]
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    node = worker_node(tmp_path / "--judgeStrict=true", "multi-node-nccl-test-worker-0")
+    message = cases[POSITIVE].result[0].message
     assert f"dra.efa on node {node}: NCCL on multi-node-nccl-test-worker-0 selected no EFA provider" in message, message
 
 

@@ -130,7 +130,7 @@ def test_each_node_passes_when_its_nccl_found_the_efas_its_claims_hold():
 
 
 def test_the_node_whose_nccl_fell_back_to_sockets_is_named():
-    checks = dra.judge_efa(WORKERS, dra.nics_found(canned("gpu-node-checks-broken")))
+    checks = dra.judge_efa(WORKERS, dra.nics_found(canned("gpu-node-checks-upstream-passes")))
     failed = [c for c in checks if c.status.value == "fail"]
     assert [c.name for c in failed] == ["dra.efa.kwok-p5-1"]
     assert failed[0].message.startswith("dra.efa on node kwok-p5-1: NCCL on multi-node-nccl-test-worker-0 selected "
@@ -180,3 +180,13 @@ def test_the_stand_in_publishes_what_upstreams_claims_select_and_says_so():
     # the same classes the suite applies (one file): what the real scheduler matches the devices by
     assert {n: c["spec"] for n, c in classes.items()} == {
         c["metadata"]["name"]: c["spec"] for c in render(dra.DEVICE_CLASSES_TEMPLATE, {"Labels": LABELS})}
+
+
+def test_upstreams_wait_for_a_driver_is_its_daemonset_scheduled_and_ready():
+    """Without JUDGE_STRICT the set-up goes on once a driver's DaemonSet is Ready, upstream's criterion,
+    though its ResourceSlices are not all there yet."""
+    assert dra.daemonset_ready({"status": {"desiredNumberScheduled": 2, "numberReady": 2}})
+    assert not dra.daemonset_ready({"status": {"desiredNumberScheduled": 2, "numberReady": 1}})
+    assert not dra.daemonset_ready({"status": {"desiredNumberScheduled": 0, "numberReady": 0}})  # scheduled nowhere
+    assert not dra.daemonset_ready(None)
+    assert set(dra.DRIVER_DAEMONSETS) == {dra.GPU_DRIVER, dra.RDMA_DRIVER}

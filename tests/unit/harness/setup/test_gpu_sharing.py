@@ -22,6 +22,7 @@ from harness.setup.addons import NVIDIA_DEVICE_PLUGIN, addon_objects
 from harness.verdict.checks import Status
 from harness.verdict.gpu_sharing import (
     GpuReport,
+    advertised_in_sum,
     check_advertised,
     check_compute_mode,
     check_overlap,
@@ -44,6 +45,15 @@ def test_advertised_is_physical_times_replicas_on_every_node():
     assert failed.status is Status.FAIL
     assert "b advertises 8 nvidia.com/gpu, expected 32 (8 GPUs x 4 replicas)" in failed.message
     assert "a advertises" not in failed.message
+
+
+def test_upstream_compares_the_sum_of_what_the_nodes_advertise():
+    """upstream's criterion: nodes that make up physical x replicas unevenly pass there (the per-node
+    check is then informational unless JUDGE_STRICT, harness/jobs/gpu_sharing.py)."""
+    assert advertised_in_sum({"a": 40, "b": 24}, {"a": 8, "b": 8}, 4)
+    assert check_advertised({"a": 40, "b": 24}, {"a": 8, "b": 8}, 4).status is Status.FAIL
+    assert not advertised_in_sum({"a": 32, "b": 8}, {"a": 8, "b": 8}, 4)
+    assert not advertised_in_sum({"a": 32}, {"a": 8, "b": 8}, 4)
 
 
 def test_overlap_needs_more_pods_at_once_than_gpus():

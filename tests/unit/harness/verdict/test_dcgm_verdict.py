@@ -92,3 +92,22 @@ def test_no_report_and_a_missing_node_fail_naming_why():
 def test_an_unknown_status_word_counts_as_a_failure():
     lines = report("node-a", [{"gpu_ids": "0", "status": "Pass"}, {"gpu_ids": "1", "status": "Exploded"}])
     assert [r.status for r in parse_report("node-a", lines).results][-1] == FAIL
+
+
+def test_where_dcgmi_exited_0_the_reports_own_failures_decide_only_when_strict():
+    """upstream's verdict is dcgmi's exit status: a node whose dcgmi exited 0 but whose report covers
+    fewer GPUs than it has is beyond upstream, informational unless JUDGE_STRICT; one that exited 1
+    fails either way."""
+    missed_gpu = report("node-a", [{"gpu_ids": "0", "status": "Pass"}], exit_status=0)
+    lenient = judge_dcgm([parse_report("node-a", missed_gpu)], ["node-a"], 2, "3", test="TestDcgmDiagnostics",
+                         strict=False)
+    [check] = lenient.checks
+    assert check.status is Status.INFORMATIONAL and lenient.passed
+    assert check.message.startswith("upstream's TestDcgmDiagnostics does not judge this (JUDGE_STRICT=true")
+    assert "it would fail: dcgm-diag level 3 on node node-a: DCGM tested 1 GPU(s) (0), the node should have 2" in (
+        check.message)
+    assert judge_dcgm([parse_report("node-a", missed_gpu)], ["node-a"], 2, "3", strict=True).checks[0].status is (
+        Status.FAIL)
+    failing = report("node-a", [{"gpu_ids": "0", "status": "Pass"}, {"gpu_ids": "1", "status": "FAIL"}], exit_status=1)
+    assert judge_dcgm([parse_report("node-a", failing)], ["node-a"], 2, "3", strict=False).checks[0].status is (
+        Status.FAIL)

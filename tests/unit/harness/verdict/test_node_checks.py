@@ -40,3 +40,23 @@ def test_a_log_cut_short_or_missing_fails():
                         "OK 1.1: fine")]
     assert messages([], ("a",)) == [("x.a", "fail", "x on node a: no log of its pod was captured")]
     assert messages([], ()) == [("x", "fail", "x: no node to judge")]
+
+
+def test_where_the_pod_succeeded_the_log_is_beyond_upstream_and_decides_only_when_strict():
+    """upstream judges the pod's phase: a node whose pod failed is named from its log; a log that fails
+    where the pod succeeded is informational unless JUDGE_STRICT."""
+    logs = [NodeLog("a", ("FAIL 1.5: branch 570, expected 580",)), NodeLog("b", ("OK 1.1: fine",))]
+
+    def judged(strict: bool, failed_on: tuple[str, ...] = ("a",)):
+        verdict = judge_node_checks(X, logs, ["a", "b"], DONE, pods_failed_on=failed_on, test="TestX/feature",
+                                    strict=strict)
+        return [(c.name, c.status.value) for c in verdict.checks], verdict
+
+    statuses, verdict = judged(strict=False)
+    assert statuses == [("x.a", "fail"), ("x.b", "informational")]
+    assert verdict.checks[1].message == (
+        "upstream's TestX does not judge this (JUDGE_STRICT=true or --judgeStrict makes it decide); it would fail: x "
+        "on node b: the check did not finish (no '=== all checks passed ==='); its last line: OK 1.1: fine")
+    assert judged(strict=True)[0] == [("x.a", "fail"), ("x.b", "fail")]
+    statuses, verdict = judged(strict=False, failed_on=())
+    assert statuses == [("x.a", "informational"), ("x.b", "informational")] and verdict.passed
