@@ -83,6 +83,15 @@ SUITE.test("TestDcgmDiagnostics", upstream=True, feature="dcgm-diag", labels=GPU
            launches="`dcgmi diag -r <level> -j -c <per-SKU config>` against an `nv-hostengine` in "
            "`--nvidiaTestImage` (or `DCGM_IMAGE`), a Job per node with all its GPUs (opt-in)")(
     dcgm.test_dcgm_diagnostics)
+SUITE.features("TestDcgmDiagDeadlineSeconds", upstream=True, needs_cluster=False, plain=True, features=[
+    Feature(name, dcgm.deadline_case(minutes, want)) for name, minutes, want in dcgm.DEADLINE_CASES
+], settings=("DCGM_DIAG_TIMEOUT_MINUTES",),
+    launches="nothing: upstream's unit test of the DCGM Job's deadline (a minute inside `--dcgmDiagTimeoutMinutes`, "
+    "which must be at least 2), run on this project's; a subtest per case")
+SUITE.test("TestDcgmDiagDeadlineAlwaysPositive", upstream=True, needs_cluster=False, plain=True,
+           settings=("DCGM_DIAG_TIMEOUT_MINUTES",),
+           launches="nothing: upstream's unit test that every accepted `--dcgmDiagTimeoutMinutes` up to 600 renders "
+           "a positive Job deadline, run on this project's")(dcgm.test_deadline_always_positive)
 SUITE.test("TestContainerdConfig", upstream=True, feature="containerd-config-check", labels=NVIDIA,
            assessments=("DaemonSet becomes ready",), settings=("TOLERATIONS",),
            launches="a DaemonSet running upstream's script over each node's `/etc/containerd/config.toml`; passes "

@@ -84,6 +84,9 @@ class TestCase:
     checks: tuple[CheckKind, ...] = ()
     settings: tuple[str, ...] = ()
     rbac: tuple[str, ...] = (RUN_ONLY_RBAC,)
+    # A plain Go test (its cases t.Run subtests), not an e2e-framework feature: --feature,
+    # --skip-features, --labels and --skip-labels select features only, so they leave it in.
+    plain: bool = False
     __test__ = False  # not a pytest test class
 
     @property
@@ -119,14 +122,14 @@ class Suite:
     def test(self, name: str, *, feature: str | None = None, labels: Labels | None = None,
              assessments: tuple[str, ...] = (), needs_cluster: bool = True, upstream: bool = False,
              launches: str = "", checks: tuple[CheckKind, ...] = (),
-             settings: tuple[str, ...] = ()) -> Callable[[TestFunc], TestFunc]:
+             settings: tuple[str, ...] = (), plain: bool = False) -> Callable[[TestFunc], TestFunc]:
         """Register a one-feature test function under its Go-style name (a decorator); `upstream`
         marks one of upstream aws-k8s-tester's tests; the rest as for `features`."""
 
         def register(func: TestFunc) -> TestFunc:
             self.features(name, [Feature(feature or feature_name(name), func, labels or {}, assessments)],
                           needs_cluster=needs_cluster, upstream=upstream, launches=launches, checks=checks,
-                          settings=settings)
+                          settings=settings, plain=plain)
             return func
 
         return register
@@ -134,7 +137,7 @@ class Suite:
     def features(self, name: str, features: Sequence[Feature], *, needs_cluster: bool = True,
                  upstream: bool = False, aliases: tuple[str, ...] = (), launches: str = "",
                  checks: tuple[CheckKind, ...] = (), settings: tuple[str, ...] = (),
-                 rbac: tuple[str, ...] = (RUN_ONLY_RBAC,)) -> None:
+                 rbac: tuple[str, ...] = (RUN_ONLY_RBAC,), plain: bool = False) -> None:
         """Register a test made of several features, each run as the subtest `name/<feature>`, with
         what it launches (a phrase), the kinds of check that judge it (harness.verdict.checks.declare)
         and the settings (env names, or --flags) that change it besides its checks' own; `rbac` the
@@ -142,7 +145,7 @@ class Suite:
         if any(test.name == name for test in self.tests):
             raise ValueError(f"suite {self.binary}: two tests named {name}")
         self.tests.append(TestCase(name, tuple(features), needs_cluster, upstream, aliases,
-                                   " ".join(launches.split()), checks, settings, rbac))
+                                   " ".join(launches.split()), checks, settings, rbac, plain))
 
     def as_invoked(self, called: str, pattern: str | None) -> Suite:
         """The suite as the name it was called by offers it. Under upstream's names (`aliases`) an
@@ -283,6 +286,8 @@ class Selector:
             return False
         if any(self._skips(name) or self._skips(f"{name}/{feature.name}") for name in names):
             return False
+        if test.plain:
+            return True  # a plain Go test: e2e-framework's filters are not its
         if self.feature and not self.feature.search(feature.name):
             return False
         if self.skip_features and self.skip_features.search(feature.name):

@@ -1,6 +1,10 @@
-"""TestDcgmDiagnostics (upstream's dcgm_test.go)."""
+"""TestDcgmDiagnostics (upstream's dcgm_test.go), and upstream's tests of its Job deadline
+(dcgm_deadline_test.go: TestDcgmDiagDeadlineSeconds, TestDcgmDiagDeadlineAlwaysPositive), which
+upstream's nvidia.test lists among its tests and here judge this project's deadline."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from harness.cluster.manifests import script_text
 from harness.config.settings import DCGM_IMAGE as NVIDIA_DCGM_IMAGE
@@ -26,6 +30,60 @@ DCGM_ENV = {"DCGM_DIAG_CONFIG": script_text("dcgm-diag.yaml"), "DCGM_EXIT_PREFIX
 DCGM_CAPABILITIES = ("SYS_ADMIN",)
 
 
+# upstream's dcgm_deadline.go: the Job's own deadline sits a minute inside the wait, so a hung run fails
+# as the Job, its logs attached, before the wait times out; below 2 minutes no positive deadline is left.
+DEADLINE_SLACK_SECONDS = 60
+MIN_TIMEOUT_MINUTES = 2
+# upstream's TestDcgmDiagDeadlineSeconds cases (Go's subtest names: spaces as underscores): minutes, the
+# deadline wanted (None: an error).
+DEADLINE_CASES: tuple[tuple[str, int, int | None], ...] = (
+    ("zero_is_rejected", 0, None),
+    ("negative_is_rejected", -5, None),
+    ("one_minute_would_render_zero,_so_is_rejected", 1, None),
+    ("two_minutes_is_the_smallest_accepted", 2, 60),
+    ("the_default", 180, 10740),
+)
+
+
+def deadline_seconds(timeout_minutes: int) -> int:
+    """upstream's dcgmDiagDeadlineSeconds: the Job's activeDeadlineSeconds for a wait of `timeout_minutes`;
+    ValueError below MIN_TIMEOUT_MINUTES (Kubernetes rejects a deadline that is not positive)."""
+    if timeout_minutes < MIN_TIMEOUT_MINUTES:
+        raise ValueError(f"dcgmDiagTimeoutMinutes must be at least {MIN_TIMEOUT_MINUTES}, got {timeout_minutes}")
+    return timeout_minutes * 60 - DEADLINE_SLACK_SECONDS
+
+
+def deadline_case(minutes: int, want: int | None) -> Callable[[TestContext], None]:
+    """One case of upstream's TestDcgmDiagDeadlineSeconds, with its messages."""
+
+    def run(t: TestContext) -> None:
+        try:
+            got = deadline_seconds(minutes)
+        except ValueError as exc:
+            if want is not None:
+                raise TestFailure(f"dcgmDiagDeadlineSeconds({minutes}) returned unexpected error: {exc}") from exc
+            return
+        if want is None:
+            raise TestFailure(f"dcgmDiagDeadlineSeconds({minutes}) = {got}, want an error")
+        if got != want:
+            raise TestFailure(f"dcgmDiagDeadlineSeconds({minutes}) = {got}, want {want}")
+
+    return run
+
+
+def test_deadline_always_positive(t: TestContext) -> None:
+    """upstream's TestDcgmDiagDeadlineAlwaysPositive: every timeout the bound admits, up to 600 minutes,
+    renders a deadline Kubernetes accepts."""
+    for minutes in range(MIN_TIMEOUT_MINUTES, 601):
+        try:
+            got = deadline_seconds(minutes)
+        except ValueError as exc:
+            raise TestFailure(f"dcgmDiagDeadlineSeconds({minutes}) rejected a value inside the accepted range: "
+                              f"{exc}") from exc
+        if got <= 0:
+            raise TestFailure(f"dcgmDiagDeadlineSeconds({minutes}) = {got}, must be positive")
+
+
 def dcgm_image(t: TestContext) -> str:
     """upstream's: --nvidiaTestImage (its image has DCGM and the per-SKU config). DCGM_IMAGE, when set,
     wins; this project's nccl-tests image has no DCGM (images/README.md), so NVIDIA's DCGM image
@@ -47,14 +105,16 @@ def test_dcgm_diagnostics(t: TestContext) -> None:
                "per-build gate)")
     require_gpus(t)
     minutes, level = t.cfg.dcgm_diag_timeout_minutes, t.cfg.dcgm_diag_level
-    if minutes < 2:
-        raise TestFailure(f"--dcgmDiagTimeoutMinutes={minutes}: at least 2 (the Job's deadline sits a minute "
-                          "inside the wait)")
+    try:
+        deadline = deadline_seconds(minutes)
+    except ValueError as exc:
+        raise TestFailure(f"--dcgmDiagTimeoutMinutes={minutes}: {exc} (the Job's deadline sits a minute inside "
+                          "the wait)") from exc
     t.property("dcgm.level", level)
     job = launch(t, Workload("dcgm-diag", binary="/bin/bash", args=("-c", DCGM_SCRIPT), image=dcgm_image(t),
                              launcher="per-node", extra_env={"DCGM_DIAG_LEVEL": level, **DCGM_ENV},
                              capabilities=DCGM_CAPABILITIES, timeout=minutes * 60.0,
-                             deadline_seconds=(minutes - 1) * 60))
+                             deadline_seconds=deadline))
 
     def diagnostic_passes() -> None:
         job.wait_succeeded()

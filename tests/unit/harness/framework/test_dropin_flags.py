@@ -13,6 +13,7 @@ from harness.errors import ConfigError
 from harness.framework.cli import parse_args
 from harness.framework.suite import Feature, Selector, Suite, TestCase, describe_selection, feature_name
 from testbins import e2e_nvidia, e2e_nvidia_training
+from testbins.nvidia import dcgm
 from testbins.nvidia.mpi import UPSTREAM_NCCL_TESTS
 from testbins.nvidia_training.bert import bert_workload
 from testbins.nvidia_training.common import workload_size
@@ -157,10 +158,16 @@ def test_skip_is_go_s_skip():
     assert names(selector("-test.run=TestMPI", "-test.skip=TestMPI"), suite) == []  # the whole test
 
 
+# upstream's deadline tests (dcgm_deadline_test.go) are plain Go tests, not e2e-framework features:
+# --feature, --skip-features, --labels and --skip-labels leave them in, as upstream's binary does.
+DEADLINE = [*(f"TestDcgmDiagDeadlineSeconds/{case}" for case, _, _ in dcgm.DEADLINE_CASES),
+            "TestDcgmDiagDeadlineAlwaysPositive"]
+
+
 def test_feature_filters_use_feature_names_not_test_names():
     suite = e2e_nvidia.SUITE
-    assert names(selector("--feature=unit-test"), suite) == ["TestSingleNodeUnitTest/unit-test"]
-    assert names(selector("--feature=TestSingleNodeUnitTest"), suite) == []
+    assert names(selector("--feature=unit-test"), suite) == ["TestSingleNodeUnitTest/unit-test", *DEADLINE]
+    assert names(selector("--feature=TestSingleNodeUnitTest"), suite) == DEADLINE
     assert "TestMPIJobPytorchTraining/single-node" not in names(selector("--skip-features=single-node"), suite)
 
 
@@ -168,10 +175,10 @@ def test_labels_need_every_key_and_skip_labels_any():
     suite = e2e_nvidia.SUITE
     efa = names(selector("--labels=suite=nvidia,hardware=efa"), suite)
     assert efa == ["TestNCCLTests/multi-node"] + [f"TestMPIJobPytorchTraining/multi-node:{op}"
-                                                   for op in UPSTREAM_NCCL_TESTS]
+                                                   for op in UPSTREAM_NCCL_TESTS] + DEADLINE
     no_gpu = names(selector("--skip-labels=hardware=gpu"), suite)
-    assert no_gpu == ["TestNvidiaDriverCapabilities", "TestContainerdConfig"]
-    assert names(selector("--labels=suite=neuron"), suite) == []
+    assert no_gpu == ["TestNvidiaDriverCapabilities", *DEADLINE, "TestContainerdConfig"]
+    assert names(selector("--labels=suite=neuron"), suite) == DEADLINE
 
 
 # upstream's Assess(...) names (test/cases/nvidia*/*_test.go), feature by feature.
@@ -184,6 +191,9 @@ UPSTREAM_ASSESSMENTS = {
     ("TestNvidiaDriverCapabilities", "nvidia-driver-capabilities-check"): ("Check Pod becomes ready",),
     ("TestContainerdConfig", "containerd-config-check"): ("DaemonSet becomes ready",),
     ("TestDcgmDiagnostics", "dcgm-diag"): ("DCGM level-4 diagnostic passes",),  # fmt.Sprintf with the level
+    # dcgm_deadline_test.go: plain Go tests, t.Run cases, no assessment
+    **{("TestDcgmDiagDeadlineSeconds", case): () for case, _, _ in dcgm.DEADLINE_CASES},
+    ("TestDcgmDiagDeadlineAlwaysPositive", "dcgm-diag-deadline-always-positive"): (),
     ("TestTimeSlicing", "time-slicing"): ("node advertises time-sliced GPUs",
                                           "oversubscribed pods share a physical GPU concurrently"),
     ("TestMps", "mps"): ("node advertises MPS-shared GPUs", "oversubscribed pods share a physical GPU concurrently",

@@ -13,9 +13,11 @@ from harness.runner import main
 from testbins.e2e_nvidia import SUITE as NVIDIA
 from testbins.e2e_nvidia_training import SUITE as TRAINING
 
-# Upstream aws-k8s-tester's tests (test/cases/nvidia and nvidia-training; shared/REFERENCE.md §9).
+# Upstream aws-k8s-tester's tests (test/cases/nvidia and nvidia-training; shared/REFERENCE.md §9; the
+# two deadline tests of dcgm_deadline_test.go at 6ec68ca6, which carries no build tag).
 UPSTREAM_NVIDIA = ["TestMPIJobPytorchTraining", "TestSingleNodeUnitTest", "TestNvidiaDriverCapabilities",
-                   "TestDcgmDiagnostics", "TestContainerdConfig", "TestTimeSlicing", "TestMps"]
+                   "TestDcgmDiagnostics", "TestDcgmDiagDeadlineSeconds", "TestDcgmDiagDeadlineAlwaysPositive",
+                   "TestContainerdConfig", "TestTimeSlicing", "TestMps"]
 UPSTREAM_TRAINING = ["TestBertTraining"]
 
 
