@@ -53,7 +53,6 @@ DEFAULT_ARTIFACTS = "_artifacts"
 # WORKLOAD_SIZE's values: the generic three, then nanoGPT's GPT-2 sizes (testbins/nvidia_training/common.py
 # maps each to every workload's own size names).
 WORKLOAD_SIZES = ("tiny", "base", "large", "gpt2-medium", "gpt2-large", "gpt2-xl")
-# upstream's default --pytorchImage (test/cases/nvidia/main_test.go): an AWS Deep Learning Container.
 # The images this project builds (`hack/images build`; their names are localcluster/images/names.py's),
 # tagged with the project's version, never `latest`: they exist only where they were built and pushed
 # (the pull policy is IMAGE_PULL_POLICY's: upstream's Always for a tag, below).
@@ -72,6 +71,7 @@ def is_project_image(image: str) -> bool:
 
 
 WORKLOADS_IMAGE, NCCL_TESTS_IMAGE = project_image("workloads"), project_image("nccl-tests")
+# upstream's default --pytorchImage (test/cases/nvidia/main_test.go): an AWS Deep Learning Container.
 UPSTREAM_PYTORCH_IMAGE = ("763104351884.dkr.ecr.us-west-2.amazonaws.com/"
                           "pytorch-training:2.1.0-gpu-py310-cu121-ubuntu20.04-ec2")
 # NVIDIA's DCGM image as GPU Operator 25.3 ships it beside device plugin v0.17.2 (the one pinned in
