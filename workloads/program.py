@@ -93,7 +93,8 @@ def exit_now(code: int) -> NoReturn:
 
 def run_main(module: str, main: Main) -> NoReturn:
     """Run a workload's main and exit with its code; a launcher-variable problem is one stderr line
-    and exit code 2, an exception its traceback and exit code 1."""
+    and exit code 2, a closed stdout one line and exit code 1, an exception its traceback and exit
+    code 1."""
     try:
         code = main(None)
     except EnvError as err:
@@ -103,6 +104,10 @@ def run_main(module: str, main: Main) -> NoReturn:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if isinstance(stop.code, str):
             print(stop.code, file=sys.stderr)
+    except BrokenPipeError:
+        # stdout's reader left (`--plan | head`): one line, not a traceback; the code still says so
+        print(f"{module}: standard output closed before the program ended", file=sys.stderr, flush=True)
+        code = 1
     except BaseException:
         traceback.print_exc()
         code = 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,13 @@ def test_every_elastic_restart_exits_cleanly(tmp_path):
         assert first[1]["exit"] == 17, result  # the injected failure (rank 0 then got SIGTERM)
         resumed = (tmp_path / str(result["run"]) / "1" / "rank0.out").read_text()
         assert "resumed from step 2" in resumed, resumed[-2000:]
+
+
+def test_a_reader_that_leaves_early_gets_one_line_not_a_traceback(tmp_path):
+    """`python -m workloads.nanogpt --plan | head -1`: the second line meets a closed pipe."""
+    done = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" -m workloads.nanogpt --size gpt2-xl --plan '
+                           '2>"$1" | head -1 >/dev/null', sys.executable, str(tmp_path / "plan.err")],
+                          cwd=HERE.parents[1], capture_output=True, text=True, timeout=120, check=False)
+    err = (tmp_path / "plan.err").read_text()
+    assert done.returncode == 1, done.stderr
+    assert err.strip() == "workloads.nanogpt: standard output closed before the program ended", err
