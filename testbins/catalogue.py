@@ -180,6 +180,8 @@ def _tests_section(suite: Suite, binary_doc: str) -> list[str]:
         if test.checks:
             lines += ["| check | fails when | threshold from |", "|---|---|---|"]
             lines += [f"| `{k.name}` | {_cell(_fails_when(k))} | {_cell(k.threshold_from)} |" for k in test.checks]
+        elif not test.needs_cluster:
+            lines.append("Checks: each case's own assertion, as described; no cluster, no threshold.")
         else:
             lines.append("Checks: the job (or DaemonSet) succeeds as described; no threshold.")
         every = ", ".join(f"`{s}`" for s in EVERY_TEST_SETTINGS)

@@ -68,6 +68,9 @@ def deadline_case(minutes: int, want: int | None) -> Callable[[TestContext], Non
         if got != want:
             raise TestFailure(f"dcgmDiagDeadlineSeconds({minutes}) = {got}, want {want}")
 
+    # what the catalogue (docs/TESTS.md) says of the case
+    run.__doc__ = f"`--dcgmDiagTimeoutMinutes={minutes}`: " + (
+        "rejected (an error)" if want is None else f"an `activeDeadlineSeconds` of {want}")
     return run
 
 
