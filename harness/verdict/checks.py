@@ -239,12 +239,13 @@ class Verdict:
         raise (ThresholdMissed if first.threshold else TestFailure)(first.message + others)
 
 
-def beyond_upstream(checks: Iterable[Check], test: str, strict: bool) -> list[Check]:
+def beyond_upstream(checks: Iterable[Check], test: str, strict: bool, *, judges: str = "does not judge this",
+                    switch: str = "JUDGE_STRICT=true or --judgeStrict makes it decide") -> list[Check]:
     """Checks this project makes beyond the pass criterion of upstream's `test` (`TestX` or
-    `TestX/<feature>`): as they are with `strict` (JUDGE_STRICT), else informational, saying so."""
+    `TestX/<feature>`): as they are with `strict` (the setting `switch` names: JUDGE_STRICT, or
+    JUDGE_BANDWIDTH for the bandwidth), else informational: "upstream's TestX <judges> (<switch>)"."""
     checks = list(checks)
     if strict:
         return checks
-    why = (f"upstream's {test.split('/', maxsplit=1)[0]} does not judge this "
-           "(JUDGE_STRICT=true or --judgeStrict makes it decide)")
+    why = f"upstream's {test.split('/', maxsplit=1)[0]} {judges} ({switch})"
     return [c.informational(why) for c in checks]

@@ -18,7 +18,7 @@ from harness.jobs.launchers import Launcher
 from harness.jobs.workload import Workload
 from harness.metrics.records import WorkloadMetrics, read_lines
 from harness.verdict.bandwidth import judge_busbw
-from harness.verdict.checks import Check, Verdict, declare
+from harness.verdict.checks import Check, Verdict, beyond_upstream, declare
 from testbins.nvidia.common import NCCL_TESTS_DIR, first_match, require_gpus
 
 GDRDMA = declare(
@@ -63,13 +63,6 @@ class NcclSweep:
     image_setting: str = "nccl_tests_image"  # the image setting it runs (nvidia-dra: container_test_image)
 
 
-def upstream_judges_no_bandwidth(test: str) -> str:
-    """Why the bandwidth checks of upstream's test (`TestX` of `TestX/<feature>`) do not decide its
-    verdict unless asked (docs/DROP-IN.md)."""
-    return (f"upstream's {test.split('/', maxsplit=1)[0]} judges no bandwidth "
-            "(JUDGE_BANDWIDTH=true or --judgeBandwidth makes this decide)")
-
-
 def nccl_workload(t: TestContext, sweep: NcclSweep) -> Workload:
     """The sweep's nccl-tests program in an MPIJob: NCCL_DEBUG=INFO, its buffer, EFA's variables
     where the nodes advertise EFA."""
@@ -91,8 +84,10 @@ def run_nccl_tests(t: TestContext, sweep: NcclSweep, launcher: Launcher | None =
 
     def bandwidth_and_path(metrics: WorkloadMetrics) -> Verdict:
         verdict = judge_busbw(sweep.operation, metrics.sweep, t.topology.node_type, nodes, t.cfg.min_busbw)
-        if sweep.upstream and not t.cfg.judge_bandwidth:
-            verdict.checks = [c.informational(upstream_judges_no_bandwidth(t.name)) for c in verdict.checks]
+        if sweep.upstream:
+            verdict.checks = beyond_upstream(verdict.checks, t.name, t.cfg.judge_bandwidth,
+                                             judges="judges no bandwidth",
+                                             switch="JUDGE_BANDWIDTH=true or --judgeBandwidth makes this decide")
         # upstream's: judged only with --efaEnabled=true (its default false checks nothing about EFA)
         if t.cfg.efa_enabled and sweep.requires_gdrdma:
             verdict.add(check_gdrdma(t, job.capture_logs()))
