@@ -190,3 +190,22 @@ def test_upstreams_wait_for_a_driver_is_its_daemonset_scheduled_and_ready():
     assert not dra.daemonset_ready({"status": {"desiredNumberScheduled": 0, "numberReady": 0}})  # scheduled nowhere
     assert not dra.daemonset_ready(None)
     assert set(dra.DRIVER_DAEMONSETS) == {dra.GPU_DRIVER, dra.RDMA_DRIVER}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_driver_that_publishes_nothing_fails_the_set_up_saying_what_was_asked(strict: bool):
+    """No ResourceSlice and no Ready DaemonSet: the wait fails naming the nodes; it speaks of the
+    DaemonSet only where it asked for it (without JUDGE_STRICT)."""
+    from threading import Event
+    from types import SimpleNamespace
+
+    cancelled = Event()
+    cancelled.set()  # ends the wait at its first round
+    cluster = SimpleNamespace(list=lambda resource: {"items": []}, get=lambda resource, name, namespace: None)
+    t = SimpleNamespace(cfg=SimpleNamespace(judge_strict=strict), cluster=cluster, cancel=cancelled, session=None)
+    with pytest.raises(TestFailure) as failed:
+        dra.wait_published(t, dra.RDMA_DRIVER, ("node-a",), "kube-system", "dranet")  # type: ignore[arg-type]
+    message = str(failed.value)
+    assert message.startswith("dra.net (DaemonSet kube-system/dranet) publishes no device (no ResourceSlice of driver "
+                              "dra.net) on node-a after 300s"), message
+    assert ("its DaemonSet is not Ready" in message) is not strict, message
