@@ -12,16 +12,21 @@ import pytest
 from harness.errors import TestFailure
 from testbins.nvidia import dcgm
 
+# The suite run as upstream's binary name calls it (harness/runner.py main), in a process of its own.
+AS_NVIDIA_TEST = ("import sys; from testbins.e2e_nvidia import SUITE; from harness.runner import main; "
+                  "sys.exit(main(SUITE, sys.argv[1:], 'nvidia.test'))")
+
+
+def nvidia_test(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", AS_NVIDIA_TEST, *args], capture_output=True, text=True, timeout=60,
+                          check=False, env=env)
+
 
 def test_nvidia_test_lists_upstreams_deadline_tests_and_runs_them_without_a_cluster(tmp_path):
-    listed = subprocess.run([sys.executable, "-c", "import sys; from testbins.e2e_nvidia import SUITE; "
-                             "from harness.runner import main; sys.exit(main(SUITE, sys.argv[1:], 'nvidia.test'))",
-                             "--test.list=Deadline"], capture_output=True, text=True, timeout=60, check=False)
+    listed = nvidia_test("--test.list=Deadline")
     assert listed.stdout.split() == ["TestDcgmDiagDeadlineSeconds", "TestDcgmDiagDeadlineAlwaysPositive"]
-    done = subprocess.run([sys.executable, "-c", "import sys; from testbins.e2e_nvidia import SUITE; "
-                           "from harness.runner import main; sys.exit(main(SUITE, sys.argv[1:], 'nvidia.test'))",
-                           "-test.v", "-test.run=TestDcgmDiagDeadline"], capture_output=True, text=True, timeout=60,
-                          check=False, env={"ARTIFACTS": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    done = nvidia_test("-test.v", "-test.run=TestDcgmDiagDeadline",
+                       env={"ARTIFACTS": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "--- PASS: TestDcgmDiagDeadlineSeconds/one_minute_would_render_zero,_so_is_rejected" in done.stdout
     assert "--- PASS: TestDcgmDiagDeadlineAlwaysPositive" in done.stdout
